@@ -1,0 +1,124 @@
+"""Environment check (`afm doctor`) and the CPU-torch repair used by scripts/install.sh.
+
+PyPI's torchvision and torchaudio wheels are built against CUDA torch. Beside a CPU build of torch
+(`torch==2.13.0+cpu`), `import torchvision` fails with "operator torchvision::nms does not exist" and torchaudio
+fails to load `libc10_cuda.so`. LLaMA-Factory requires both and imports torchaudio on every code path, so on a
+CPU machine we (a) uninstall torchvision, which transformers does not need, and (b) delete torchaudio's compiled
+extensions: its loader then reports "no extension" and the pure-Python import succeeds. Nothing is changed on a
+machine where both already import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import importlib.util
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Check:
+    """One line of the doctor's report."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+def _imports(module: str) -> tuple[bool, str]:
+    """Import ``module`` in a fresh interpreter (a broken extension must not poison this process)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300
+    )
+    if proc.returncode == 0:
+        return True, ""
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    return False, lines[-1] if lines else f"exit code {proc.returncode}"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def torch_is_cpu_build() -> bool:
+    """True when the installed torch has no CUDA/ROCm support compiled in (without importing torch here)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import torch; print(int(torch.version.cuda is None and torch.version.hip is None))"],
+        capture_output=True, text=True, timeout=300,
+    )
+    return proc.returncode == 0 and proc.stdout.strip() == "1"
+
+
+def fix_cpu_torch() -> list[str]:
+    """Repair torchvision/torchaudio beside a CPU torch. Returns the actions taken (empty when none were needed)."""
+    actions: list[str] = []
+    if not torch_is_cpu_build():
+        return actions
+    if _version("torchvision") is not None and not _imports("torchvision")[0]:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", "torchvision"], check=True)
+        actions.append("uninstalled torchvision (CUDA-only wheel; transformers works without it)")
+    spec = importlib.util.find_spec("torchaudio")
+    if spec is not None and spec.origin and not _imports("torchaudio")[0]:
+        lib_dir = Path(spec.origin).parent / "lib"
+        removed = sorted(lib_dir.glob("*.so"))
+        for so in removed:
+            so.unlink()
+        actions.append(f"removed {len(removed)} CUDA-linked extension(s) from {lib_dir}")
+        ok, err = _imports("torchaudio")
+        if not ok:
+            raise RuntimeError(f"torchaudio still fails to import after the repair: {err}")
+    return actions
+
+
+def run_checks() -> list[Check]:
+    """Collect the facts a user needs before a training run."""
+    checks: list[Check] = [Check("python", sys.version_info >= (3, 11), sys.version.split()[0])]
+    torch_v = _version("torch")
+    if torch_v is None:
+        checks.append(Check("torch", False, "not installed (bash scripts/install.sh)"))
+    else:
+        checks.append(Check("torch", _imports("torch")[0], f"{torch_v} ({'cpu' if torch_is_cpu_build() else 'gpu'} build)"))
+    for dist, module in (("torchvision", "torchvision"), ("torchaudio", "torchaudio")):
+        v = _version(dist)
+        if v is not None:
+            ok, err = _imports(module)
+            checks.append(Check(dist, ok, v if ok else f"{v}: {err} (run: afm doctor --fix)"))
+    lf = _version("llamafactory")
+    if lf is None:
+        checks.append(Check("llamafactory", False, "not installed (extra: sft)"))
+    else:
+        from afm.sft.compat import check_llamafactory_version
+
+        problem = check_llamafactory_version(lf)
+        checks.append(Check("llamafactory", problem is None, problem or lf))
+    verl = _version("verl")
+    checks.append(Check("verl", True, verl or "not installed (extra: rl; separate environment)"))
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: print the environment report; ``--fix`` repairs CPU torch companions first."""
+    parser = argparse.ArgumentParser(prog="afm doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--fix", action="store_true", help="repair torchvision/torchaudio beside a CPU torch")
+    args = parser.parse_args(argv)
+    if args.fix:
+        for action in fix_cpu_torch():
+            print(f"[doctor] {action}")
+    checks = run_checks()
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        print(f"  {'ok ' if c.ok else 'BAD'}  {c.name:<{width}}  {c.detail}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

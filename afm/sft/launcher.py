@@ -1,0 +1,19 @@
+"""Entry point that torchrun workers execute (LLaMA-Factory's launcher re-runs ``launcher.__file__``).
+
+``afm.sft.overlay.apply`` points ``llamafactory.launcher.__file__`` here, so every rank applies the overlay before
+``run_exp`` parses arguments; otherwise workers would run stock LLaMA-Factory and reject ``ignore_observation``.
+"""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    # Run as a script, this file's folder is sys.path[0]; drop it so sibling modules cannot shadow top-level ones.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    from afm.sft.overlay import apply
+
+    apply()
+    from llamafactory.train.tuner import run_exp
+
+    run_exp()

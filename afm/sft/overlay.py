@@ -1,0 +1,351 @@
+"""The LLaMA-Factory overlay: ``ignore_observation`` for SFT (packing included), DPO and RM.
+
+Importing this module changes nothing; :func:`apply` installs the patches (idempotently):
+
+1. ``DataArguments`` in LLaMA-Factory's parser lists is replaced by :class:`AfmDataArguments`, a subclass with the
+   ``ignore_observation*`` fields, so they are accepted from yaml and CLI flags like any other data argument.
+2. ``_encode_data_example`` and ``preprocess_dataset`` of the supervised, packed-supervised and pairwise processors
+   are wrapped: each sample is checked, encoded by LLaMA-Factory's own code, its labels masked on observation
+   spans (:mod:`afm.sft.masking`), and broken or truncated samples are removed before LLaMA-Factory builds (and
+   packs) its rows. Counts go to :mod:`afm.sft.stats`.
+3. ``loader._get_dataset_processor`` refuses stages that would silently ignore the flag, and
+   ``loader._get_preprocessed_dataset`` prints and saves the mask report after each dataset.
+4. ``llamafactory.launcher.__file__`` points at :mod:`afm.sft.launcher`, so torchrun workers re-execute our
+   entry point (with the patches) instead of LLaMA-Factory's.
+
+A field with ``init=False`` carries a hash of the overlay's source into the datasets map fingerprint, so a
+changed overlay never reuses a cache built by an older one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from llamafactory import launcher as lf_launcher
+from llamafactory.data import loader as lf_loader
+from llamafactory.data.processor import pairwise as lf_pairwise
+from llamafactory.data.processor import supervised as lf_supervised
+from llamafactory.hparams import parser as lf_parser
+from llamafactory.hparams.data_args import DataArguments
+
+from afm.sft import launcher as afm_launcher
+from afm.sft.masking import IGNORE_INDEX, mask_observation_labels
+from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
+from afm.sft.token_bytes import TokenBytes
+from afm.trajectory.parse import pairing_problems
+from afm.trajectory.spans import find_observations
+from afm.trajectory.tags import DEFAULT_REGISTRY, Tag, TagKind, TagRegistry
+
+logger = logging.getLogger(__name__)
+
+_SOURCES = ("overlay.py", "masking.py", "token_bytes.py", "stats.py")
+_TRAJ_SOURCES = ("spans.py", "parse.py", "tags.py")
+
+
+def _overlay_fingerprint() -> str:
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in _SOURCES:
+        h.update((here / name).read_bytes())
+    for name in _TRAJ_SOURCES:
+        h.update((here.parent / "trajectory" / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+OVERLAY_FINGERPRINT = _overlay_fingerprint()
+CHECK_MODES = ("tags", "observation", "none")
+
+
+@dataclass
+class AfmDataArguments(DataArguments):
+    """LLaMA-Factory's DataArguments plus observation masking."""
+
+    ignore_observation: bool = field(
+        default=False,
+        metadata={"help": "Exclude <observation>...</observation> spans (and the whitespace around them) from the loss."},
+    )
+    ignore_observation_token: str | None = field(
+        default="observation",
+        metadata={"help": "Name of the tag whose spans are masked (bare name, e.g. `observation`)."},
+    )
+    ignore_observation_check: Literal["tags", "observation", "none"] = field(
+        default="tags",
+        metadata={
+            "help": "Which broken samples to drop before masking: `tags` (any CoA tag unclosed, stray or nested), "
+            "`observation` (only the masked tag), `none`. Truncation inside an observation always drops."
+        },
+    )
+    afm_overlay_fingerprint: str = field(default=OVERLAY_FINGERPRINT, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ignore_observation_token is None:
+            self.ignore_observation_token = "observation"
+        token = self.ignore_observation_token
+        if not token or not all(c.isalnum() or c in "_-" for c in token) or not token[0].isalpha():
+            raise ValueError(
+                f"ignore_observation_token must be a bare tag name such as `observation`, got {token!r} "
+                "(write --ignore_observation_token observation, not <observation>)"
+            )
+        if self.ignore_observation_check not in CHECK_MODES:
+            raise ValueError(
+                f"ignore_observation_check must be one of {', '.join(CHECK_MODES)}, got {self.ignore_observation_check!r}"
+            )
+        if self.ignore_observation and self.streaming:
+            raise ValueError(
+                "ignore_observation cannot drop broken samples from a streaming dataset; set streaming: false"
+            )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# per-sample work
+
+
+_TABLES: dict[int, TokenBytes] = {}
+_REPLAY: dict[int, dict[int, tuple]] = {}
+
+
+def _table(tokenizer: Any) -> TokenBytes:
+    key = id(tokenizer)
+    table = _TABLES.get(key)
+    if table is None:
+        table = _TABLES[key] = TokenBytes(tokenizer)
+    return table
+
+
+def _registry(tag: str) -> TagRegistry:
+    if tag in DEFAULT_REGISTRY:
+        return DEFAULT_REGISTRY
+    reg = DEFAULT_REGISTRY.copy()
+    reg.register(Tag(tag, TagKind.OBSERVATION, "masked tag", opaque=True))
+    return reg
+
+
+def text_problem(text: str, tag: str, mode: str) -> str | None:
+    """The drop reason for a response text before encoding, or None when it is fine."""
+    if mode == "none":
+        return None
+    if mode == "tags":
+        problems = pairing_problems(text, _registry(tag))
+        if problems:
+            p = problems[0]
+            if p.tag == tag and p.code in ("unclosed_tag", "stray_closing_tag"):
+                return "unclosed_observation" if p.code == "unclosed_tag" else "stray_closing_observation"
+            return p.code
+        return None
+    spans = find_observations(text, tag)
+    if any(not s.closed for s in spans):
+        return "unclosed_observation"
+    if text.count(f"</{tag}>") > len(spans):
+        return "stray_closing_observation"
+    return None
+
+
+def _response_texts(response: list[dict[str, Any]]) -> list[str]:
+    return [str(m.get("content", "")) for m in response]
+
+
+def _mask_encoded(encoded: tuple, pairwise: bool, table: TokenBytes, tag: str, report: MaskReport) -> tuple | str:
+    """Mask the label lists of one encoded sample. Returns the new tuple, or a drop reason."""
+    label_slots = (1, 3) if pairwise else (1,)
+    out = list(encoded)
+    results = []
+    for slot in label_slots:
+        res = mask_observation_labels(encoded[slot], table, tag)
+        if res.truncated:
+            return "truncated_inside_observation"
+        if res.target_tokens - res.masked_tokens <= 0:
+            return "no_trained_tokens"
+        out[slot] = res.labels
+        results.append(res)
+    for res in results:
+        report.tokens_target += res.target_tokens
+        report.tokens_masked += res.masked_tokens
+        report.tokens_mixed += res.mixed_tokens
+        report.observations += res.observations
+    report.tokens_total += sum(len(encoded[slot - 1]) for slot in label_slots)
+    return tuple(out)
+
+
+_ORIGINAL_ENCODE: dict[type, Any] = {}
+
+
+def _wrap_processor(cls: type, pairwise: bool, encode_owner: type) -> None:
+    """Wrap ``cls.preprocess_dataset`` (and ``_encode_data_example`` when ``cls`` defines it)."""
+    if cls.__dict__.get("_afm_patched", False):
+        return
+    if "_encode_data_example" in cls.__dict__:
+        _ORIGINAL_ENCODE[cls] = cls.__dict__["_encode_data_example"]
+    orig_encode = _ORIGINAL_ENCODE[encode_owner]
+    orig_preprocess = cls.__dict__["preprocess_dataset"]
+
+    def _encode_data_example(self, *args: Any, **kwargs: Any):
+        replay = _REPLAY.get(id(self))
+        if replay is not None:
+            prompt = kwargs["prompt"] if "prompt" in kwargs else args[0]
+            hit = replay.pop(id(prompt), None)
+            if hit is not None:
+                return hit
+        encoded = orig_encode(self, *args, **kwargs)
+        if not getattr(self.data_args, "ignore_observation", False):
+            return encoded
+        masked = _mask_encoded(encoded, pairwise, _table(self.tokenizer), self.data_args.ignore_observation_token, MaskReport())
+        return encoded if isinstance(masked, str) else masked
+
+    def preprocess_dataset(self, examples: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        data_args = self.data_args
+        if not getattr(data_args, "ignore_observation", False):
+            return orig_preprocess(self, examples)
+        tag, mode = data_args.ignore_observation_token, data_args.ignore_observation_check
+        table = _table(self.tokenizer)
+        report = MaskReport()
+        keep: list[int] = []
+        replay: dict[int, tuple] = {}
+        for i in range(len(examples["_prompt"])):
+            prompt, response = examples["_prompt"][i], examples["_response"][i]
+            report.samples_seen += 1
+            bad_shape = len(prompt) % 2 != 1 or (len(response) < 2 if pairwise else len(response) != 1)
+            if bad_shape:  # LLaMA-Factory drops and logs it itself; keep it so its own check runs
+                report.drop("invalid_structure", example_id(prompt, response))
+                keep.append(i)
+                continue
+            reason = next((r for r in (text_problem(t, tag, mode) for t in _response_texts(response)) if r), None)
+            if reason is None:
+                encoded = orig_encode(
+                    self, prompt=prompt, response=response, system=examples["_system"][i],
+                    tools=examples["_tools"][i], images=examples["_images"][i] or [],
+                    videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
+                )
+                masked = _mask_encoded(encoded, pairwise, table, tag, report)
+                if isinstance(masked, str):
+                    reason = masked
+                else:
+                    replay[id(prompt)] = masked
+            if reason is not None:
+                report.drop(reason, example_id(prompt, response))
+                continue
+            keep.append(i)
+            report.samples_kept += 1
+        subset = {k: [v[i] for i in keep] for k, v in examples.items()}
+        _REPLAY[id(self)] = replay
+        try:
+            out = orig_preprocess(self, subset)
+        finally:
+            _REPLAY.pop(id(self), None)
+        append_stats(report)
+        return out
+
+    if cls is encode_owner:
+        cls._encode_data_example = _encode_data_example
+    cls.preprocess_dataset = preprocess_dataset
+    cls._afm_patched = True
+
+
+# ----------------------------------------------------------------------------------------------------------
+# loader hooks
+
+
+_SUPPORTED_STAGES = {"sft": "sft", "rm": "dpo/rm"}
+LAST_REPORTS: dict[str, MaskReport] = {}  # split -> report of the last preprocessing in this process
+
+
+def _patch_loader() -> None:
+    if getattr(lf_loader, "_afm_patched", False):
+        return
+    orig_get_processor = lf_loader._get_dataset_processor
+    orig_get_preprocessed = lf_loader._get_preprocessed_dataset
+
+    def _get_dataset_processor(data_args, stage, template, tokenizer, processor, do_generate=False):
+        if getattr(data_args, "ignore_observation", False) and stage not in _SUPPORTED_STAGES and not do_generate:
+            raise ValueError(
+                f"ignore_observation is implemented for stage sft, dpo and rm; stage {stage!r} would still train on "
+                "observations. Remove ignore_observation or use one of those stages."
+            )
+        return orig_get_processor(data_args, stage, template, tokenizer, processor, do_generate)
+
+    def _get_preprocessed_dataset(dataset, data_args, training_args, stage, template, tokenizer, processor=None,
+                                  is_eval=False):
+        if dataset is None or not getattr(data_args, "ignore_observation", False):
+            return orig_get_preprocessed(dataset, data_args, training_args, stage, template, tokenizer, processor,
+                                         is_eval)
+        stats_dir = tempfile.mkdtemp(prefix="afm-mask-stats-")
+        previous = os.environ.get(STATS_DIR_ENV)
+        os.environ[STATS_DIR_ENV] = stats_dir
+        try:
+            result = orig_get_preprocessed(dataset, data_args, training_args, stage, template, tokenizer, processor,
+                                           is_eval)
+            report, lines = collect_stats(stats_dir)
+        finally:
+            if previous is None:
+                os.environ.pop(STATS_DIR_ENV, None)
+            else:
+                os.environ[STATS_DIR_ENV] = previous
+            shutil.rmtree(stats_dir, ignore_errors=True)
+        report = _persist_with_cache(result, report, lines)
+        split = "eval" if is_eval else "train"
+        if report is not None:
+            LAST_REPORTS[split] = report
+        if getattr(training_args, "should_log", True) and report is not None:
+            print(report.format(f"observation masking ({split}, tag <{data_args.ignore_observation_token}>)"), flush=True)
+        if report is not None and getattr(training_args, "should_save", False) and training_args.output_dir:
+            out = Path(training_args.output_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"afm_mask_report_{split}.json").write_text(json.dumps(report.to_dict(), indent=2))
+        return result
+
+    lf_loader._get_dataset_processor = _get_dataset_processor
+    lf_loader._get_preprocessed_dataset = _get_preprocessed_dataset
+    lf_loader._afm_patched = True
+
+
+def _persist_with_cache(dataset: Any, report: MaskReport, lines: int) -> MaskReport | None:
+    """Keep the report beside the datasets cache file, so a cache hit can still show it."""
+    cache_files = getattr(dataset, "cache_files", None) or []
+    sidecar = Path(cache_files[0]["filename"] + ".afm_mask_report.json") if cache_files else None
+    if lines:
+        if sidecar is not None:
+            sidecar.write_text(json.dumps(report.to_dict()))
+        return report
+    if sidecar is not None and sidecar.exists():
+        cached = MaskReport.from_dict(json.loads(sidecar.read_text()))
+        cached.from_cache = True
+        return cached
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _replace_data_arguments() -> None:
+    for name in ("_TRAIN_ARGS", "_INFER_ARGS", "_EVAL_ARGS", "_TRAIN_MCA_ARGS"):
+        lst = getattr(lf_parser, name, None)
+        if isinstance(lst, list):
+            for i, cls in enumerate(lst):
+                if cls is DataArguments:
+                    lst[i] = AfmDataArguments
+
+
+def apply() -> None:
+    """Install every patch (safe to call more than once)."""
+    _replace_data_arguments()
+    sup = lf_supervised.SupervisedDatasetProcessor
+    _wrap_processor(sup, pairwise=False, encode_owner=sup)
+    # The packed processor inherits the encoder but has its own preprocess_dataset (which packs rows).
+    _wrap_processor(lf_supervised.PackedSupervisedDatasetProcessor, pairwise=False, encode_owner=sup)
+    pair = lf_pairwise.PairwiseDatasetProcessor
+    _wrap_processor(pair, pairwise=True, encode_owner=pair)
+    _patch_loader()
+    lf_launcher.__file__ = afm_launcher.__file__
+
+
+def is_applied() -> bool:
+    """True when :func:`apply` has run in this process."""
+    return AfmDataArguments in lf_parser._TRAIN_ARGS and getattr(lf_loader, "_afm_patched", False)

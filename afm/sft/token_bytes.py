@@ -1,0 +1,100 @@
+"""Exact bytes of every token id, so token boundaries can be placed on the UTF-8 text they decode to.
+
+Decoding tokens one at a time is wrong for byte-level BPE (a token may hold half of an emoji) and slow. Instead we
+build, once per tokenizer, a table ``id -> bytes`` from the vocabulary: byte-level BPE (GPT-2, Qwen, Llama 3) maps
+its printable alphabet back to bytes; SentencePiece-style vocabularies map ``▁`` to a space and ``<0xNN>`` to a
+byte; added and special tokens are their literal content. The table is checked on a probe text (tags, CRLF,
+CJK, emoji) and refused with a clear error if the tokenizer does not round-trip through it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+PROBE = (
+    "<think>plan</think>\n<web_search>q</web_search>\n\n<observation>\nr\u00e9sum\u00e9 \u4e2d\u6587 \U0001f600 a\r\nb"
+    "\n</observation>\n\n\n<answer> 42 </answer>  x"
+)
+_SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """The GPT-2 byte <-> printable-character table used by every byte-level BPE."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs), strict=True))
+
+
+_UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def _decoder_kind(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return "unknown"
+    decoder = json.loads(backend.to_str()).get("decoder") or {}
+    kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", []) or []}
+    if "ByteLevel" in kinds:
+        return "byte_level"
+    if "ByteFallback" in kinds or "Metaspace" in kinds or "Replace" in kinds:
+        return "sentencepiece"
+    return "unknown"
+
+
+class TokenBytes:
+    """``id -> bytes`` for one tokenizer, plus vectorised byte offsets of a token sequence."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.kind = _decoder_kind(tokenizer)
+        size = len(tokenizer)
+        tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
+        added = {i: t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
+        table: list[bytes] = []
+        for i, tok in enumerate(tokens):
+            if i in added:
+                table.append(added[i].encode("utf-8"))
+            elif tok is None:
+                table.append(b"")
+            elif self.kind == "byte_level" and all(c in _UNICODE_TO_BYTE for c in tok):
+                table.append(bytes(_UNICODE_TO_BYTE[c] for c in tok))
+            elif self.kind == "sentencepiece":
+                m = _SP_BYTE.match(tok)
+                table.append(bytes([int(m.group(1), 16)]) if m else tok.replace("\u2581", " ").encode("utf-8"))
+            else:
+                table.append(tokenizer.decode([i], skip_special_tokens=False).encode("utf-8"))
+        self.table = table
+        self.lengths = np.fromiter((len(b) for b in table), dtype=np.int64, count=len(table))
+        self._check(tokenizer)
+
+    def _check(self, tokenizer: Any) -> None:
+        ids = tokenizer.encode(PROBE, add_special_tokens=False)
+        got = self.join(ids)
+        want = PROBE.encode("utf-8")
+        # SentencePiece may prepend a space (add_dummy_prefix); the spans we look for are unaffected.
+        if got != want and got.lstrip(b" ") != want:
+            raise ValueError(
+                f"tokenizer {type(tokenizer).__name__} ({self.kind}) does not round-trip through its vocabulary "
+                f"bytes, so observation masks cannot be placed on token boundaries: {got[:80]!r} != {want[:80]!r}"
+            )
+
+    def join(self, ids: list[int] | np.ndarray) -> bytes:
+        """The UTF-8 bytes that ``ids`` decode to."""
+        table = self.table
+        return b"".join([table[i] for i in ids])
+
+    def ends(self, ids: list[int] | np.ndarray) -> np.ndarray:
+        """Exclusive end byte offset of each token in ``join(ids)``."""
+        return np.cumsum(self.lengths[np.asarray(ids, dtype=np.int64)])

@@ -1,0 +1,70 @@
+"""Observation spans: what the environment inserted into a trajectory, as character (or byte) offsets.
+
+The rollout engine appends ``"\\n\\n<observation>\\n" + output + "\\n</observation>\\n\\n"`` after a tool call. A
+span covers the observation from ``<observation>`` through ``</observation>`` (the *core*) plus the whitespace
+that surrounds it (the *padding*), because the environment, not the model, wrote that whitespace.
+
+Everything here works on ``str`` (character offsets) and on UTF-8 ``bytes`` (byte offsets) alike: the tags
+and the padding whitespace are ASCII, so a byte scan finds exactly the same spans, and the SFT masker can map
+them to tokens by byte offsets without decoding tokens one by one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import AnyStr
+
+# Environment-inserted padding is ASCII whitespace (the loop writes "\n\n"; CRLF data is tolerated).
+_PAD = r"[ \t\r\n\f\v]*"
+
+
+@dataclass(frozen=True)
+class ObservationSpan:
+    """One observation. ``start``/``end`` include the padding; ``core_start``/``core_end`` are the tags."""
+
+    start: int
+    core_start: int
+    core_end: int
+    end: int
+    closed: bool  # False when the text ends before the closing tag (truncation or a broken sample)
+
+
+@lru_cache(maxsize=64)
+def _pattern(tag: str, as_bytes: bool) -> re.Pattern:
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", tag):
+        raise ValueError(f"invalid observation tag name {tag!r}: pass the bare name, e.g. 'observation'")
+    src = rf"({_PAD})<{tag}>.*?(?:</{tag}>({_PAD})|\Z)"
+    return re.compile(src.encode() if as_bytes else src, re.DOTALL)
+
+
+def find_observations(text: AnyStr, tag: str = "observation") -> list[ObservationSpan]:
+    """All observation spans of ``text`` (str or UTF-8 bytes), in order.
+
+    The first closing tag after an opening tag ends the observation, so an observation may contain text that looks
+    like any other tag (HTML, ``<answer>``, even ``<observation>``). An opening tag without a closing tag yields a
+    span that runs to the end of the text with ``closed=False``.
+    """
+    pat = _pattern(tag, isinstance(text, bytes))
+    spans = []
+    for m in pat.finditer(text):
+        core_start = m.end(1)
+        closed = m.group(2) is not None
+        core_end = m.start(2) if closed else m.end()
+        spans.append(ObservationSpan(m.start(), core_start, core_end, m.end(), closed))
+    return spans
+
+
+def observation_spans(text: str, tag: str = "observation") -> list[tuple[int, int]]:
+    """``[(start, end), ...]`` character spans of every observation, padding whitespace included."""
+    return [(s.start, s.end) for s in find_observations(text, tag)]
+
+
+def masked_char_mask(text: str, tag: str = "observation") -> list[bool]:
+    """Per character: True where the character belongs to an observation span (core or padding)."""
+    mask = [False] * len(text)
+    for s in find_observations(text, tag):
+        for i in range(s.start, s.end):
+            mask[i] = True
+    return mask

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Install afm and the extras it needs into a virtual environment (default .venv), idempotently.
+#
+#   bash scripts/install.sh              # extras: sft,dev  (what the quickstart and tests need)
+#   AFM_EXTRAS=sft,servers,eval,dev bash scripts/install.sh
+#   AFM_VENV=none bash scripts/install.sh   # install into the active python (conda users)
+#
+# On machines without a GPU, torch==2.13.0 (CPU build) is installed first, so that no multi-GB CUDA build is
+# pulled in; then `afm doctor --fix` repairs the CUDA-only torchvision/torchaudio wheels that LLaMA-Factory drags
+# in (they fail to import beside CPU torch). On GPU nodes install the torch you want before running this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+AFM_VENV="${AFM_VENV:-.venv}"
+AFM_EXTRAS="${AFM_EXTRAS:-sft,dev}"
+PYTHON="${PYTHON:-python3}"
+CPU_TORCH="${AFM_CPU_TORCH:-torch==2.13.0}"
+
+if [[ "$AFM_VENV" != "none" ]]; then
+  if [[ ! -x "$AFM_VENV/bin/python" ]]; then
+    echo "[install] creating virtual environment $AFM_VENV"
+    "$PYTHON" -m venv "$AFM_VENV"
+  fi
+  PY="$AFM_VENV/bin/python"
+else
+  PY="$PYTHON"
+fi
+PIP=("$PY" -m pip install --disable-pip-version-check)
+
+stamp_file="${AFM_VENV%/}/.afm-install-stamp"
+stamp="$(cat pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)-$AFM_EXTRAS"
+if [[ "$AFM_VENV" != "none" && -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]]; then
+  echo "[install] $AFM_VENV is up to date (extras: $AFM_EXTRAS)"
+  exit 0
+fi
+
+has_gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then has_gpu=1; fi
+
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  if [[ "$has_gpu" == "0" ]]; then
+    echo "[install] no GPU: installing CPU $CPU_TORCH"
+    "${PIP[@]}" "$CPU_TORCH"
+  else
+    echo "[install] GPU found and torch missing: installing torch from the package index"
+    "${PIP[@]}" torch
+  fi
+fi
+
+# Keep the torch already installed: a constraint stops the resolver from swapping it for a CUDA build.
+constraints="$(mktemp)"
+trap 'rm -f "$constraints"' EXIT
+"$PY" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$constraints"
+echo "[install] pip install -e .[$AFM_EXTRAS] (constraint: $(cat "$constraints"))"
+"${PIP[@]}" -c "$constraints" -e ".[$AFM_EXTRAS]"
+
+"$PY" -m afm.doctor --fix
+if [[ "$AFM_VENV" != "none" ]]; then echo "$stamp" > "$stamp_file"; fi
+echo "[install] done: $PY"
