@@ -49,6 +49,20 @@ def normalize_args(args: list[str]) -> list[str]:
     return out
 
 
+def load_args(args: list[str]) -> dict | list[str]:
+    """What LLaMA-Factory's ``read_args`` would build from this argv: a dict for a config file, else the flags."""
+    args = normalize_args(args)
+    if not args or not args[0].endswith((".yaml", ".yml", ".json")):
+        return args
+    import json
+
+    from omegaconf import OmegaConf
+
+    path = Path(args[0]).absolute()
+    base = OmegaConf.create(json.loads(path.read_text())) if path.suffix == ".json" else OmegaConf.load(path)
+    return OmegaConf.to_container(OmegaConf.merge(base, OmegaConf.from_cli(args[1:])))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm-sft``."""
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -109,15 +109,33 @@ class AfmDataArguments(DataArguments):
 # per-sample work
 
 
-_TABLES: dict[int, TokenBytes] = {}
-_REPLAY: dict[int, dict[int, tuple]] = {}
+class _State:
+    """Per-process caches (token tables, encodings to replay).
+
+    datasets fingerprints the map function with dill, which follows every global a function can reach; this object
+    pickles as a constant so the caches' contents never leak into the fingerprint (else the cache never hits).
+    """
+
+    def __init__(self) -> None:
+        self.tables: dict[int, TokenBytes] = {}
+        self.replay: dict[int, dict[int, tuple]] = {}
+
+    def __reduce__(self) -> tuple:
+        return (_state, ())
+
+
+_STATE = _State()
+
+
+def _state() -> _State:
+    return _STATE
 
 
 def _table(tokenizer: Any) -> TokenBytes:
     key = id(tokenizer)
-    table = _TABLES.get(key)
+    table = _STATE.tables.get(key)
     if table is None:
-        table = _TABLES[key] = TokenBytes(tokenizer)
+        table = _STATE.tables[key] = TokenBytes(tokenizer)
     return table
 
 
@@ -175,6 +193,68 @@ def _mask_encoded(encoded: tuple, pairwise: bool, table: TokenBytes, tag: str, r
     return tuple(out)
 
 
+
+def _encode_impl(self: Any, orig_encode: Any, pairwise: bool, args: tuple, kwargs: dict) -> tuple:
+    replay = _STATE.replay.get(id(self))
+    if replay is not None:
+        prompt = kwargs["prompt"] if "prompt" in kwargs else args[0]
+        hit = replay.pop(id(prompt), None)
+        if hit is not None:
+            return hit
+    encoded = orig_encode(self, *args, **kwargs)
+    if not getattr(self.data_args, "ignore_observation", False):
+        return encoded
+    tag = self.data_args.ignore_observation_token
+    masked = _mask_encoded(encoded, pairwise, _table(self.tokenizer), tag, MaskReport())
+    return encoded if isinstance(masked, str) else masked
+
+
+def _preprocess_impl(self: Any, examples: dict[str, list[Any]], orig_preprocess: Any, orig_encode: Any,
+                     pairwise: bool) -> dict[str, list[Any]]:
+    """Check, encode and mask every sample; hand LLaMA-Factory only the kept ones (replaying their encodings)."""
+    data_args = self.data_args
+    if not getattr(data_args, "ignore_observation", False):
+        return orig_preprocess(self, examples)
+    tag, mode = data_args.ignore_observation_token, data_args.ignore_observation_check
+    table = _table(self.tokenizer)
+    report = MaskReport()
+    keep: list[int] = []
+    replay: dict[int, tuple] = {}
+    for i in range(len(examples["_prompt"])):
+        prompt, response = examples["_prompt"][i], examples["_response"][i]
+        report.samples_seen += 1
+        bad_shape = len(prompt) % 2 != 1 or (len(response) < 2 if pairwise else len(response) != 1)
+        if bad_shape:  # LLaMA-Factory drops and logs it itself; keep it so its own check runs
+            report.drop("invalid_structure", example_id(prompt, response))
+            keep.append(i)
+            continue
+        reason = next((r for r in (text_problem(t, tag, mode) for t in _response_texts(response)) if r), None)
+        if reason is None:
+            encoded = orig_encode(
+                self, prompt=prompt, response=response, system=examples["_system"][i],
+                tools=examples["_tools"][i], images=examples["_images"][i] or [],
+                videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
+            )
+            masked = _mask_encoded(encoded, pairwise, table, tag, report)
+            if isinstance(masked, str):
+                reason = masked
+            else:
+                replay[id(prompt)] = masked
+        if reason is not None:
+            report.drop(reason, example_id(prompt, response))
+            continue
+        keep.append(i)
+        report.samples_kept += 1
+    subset = {k: [v[i] for i in keep] for k, v in examples.items()}
+    _STATE.replay[id(self)] = replay
+    try:
+        out = orig_preprocess(self, subset)
+    finally:
+        _STATE.replay.pop(id(self), None)
+    append_stats(report)
+    return out
+
+
 _ORIGINAL_ENCODE: dict[type, Any] = {}
 
 
@@ -187,61 +267,12 @@ def _wrap_processor(cls: type, pairwise: bool, encode_owner: type) -> None:
     orig_encode = _ORIGINAL_ENCODE[encode_owner]
     orig_preprocess = cls.__dict__["preprocess_dataset"]
 
+    # The wrappers only call module-level functions and all mutable state lives in _STATE (see _State).
     def _encode_data_example(self, *args: Any, **kwargs: Any):
-        replay = _REPLAY.get(id(self))
-        if replay is not None:
-            prompt = kwargs["prompt"] if "prompt" in kwargs else args[0]
-            hit = replay.pop(id(prompt), None)
-            if hit is not None:
-                return hit
-        encoded = orig_encode(self, *args, **kwargs)
-        if not getattr(self.data_args, "ignore_observation", False):
-            return encoded
-        masked = _mask_encoded(encoded, pairwise, _table(self.tokenizer), self.data_args.ignore_observation_token, MaskReport())
-        return encoded if isinstance(masked, str) else masked
+        return _encode_impl(self, orig_encode, pairwise, args, kwargs)
 
     def preprocess_dataset(self, examples: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        data_args = self.data_args
-        if not getattr(data_args, "ignore_observation", False):
-            return orig_preprocess(self, examples)
-        tag, mode = data_args.ignore_observation_token, data_args.ignore_observation_check
-        table = _table(self.tokenizer)
-        report = MaskReport()
-        keep: list[int] = []
-        replay: dict[int, tuple] = {}
-        for i in range(len(examples["_prompt"])):
-            prompt, response = examples["_prompt"][i], examples["_response"][i]
-            report.samples_seen += 1
-            bad_shape = len(prompt) % 2 != 1 or (len(response) < 2 if pairwise else len(response) != 1)
-            if bad_shape:  # LLaMA-Factory drops and logs it itself; keep it so its own check runs
-                report.drop("invalid_structure", example_id(prompt, response))
-                keep.append(i)
-                continue
-            reason = next((r for r in (text_problem(t, tag, mode) for t in _response_texts(response)) if r), None)
-            if reason is None:
-                encoded = orig_encode(
-                    self, prompt=prompt, response=response, system=examples["_system"][i],
-                    tools=examples["_tools"][i], images=examples["_images"][i] or [],
-                    videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
-                )
-                masked = _mask_encoded(encoded, pairwise, table, tag, report)
-                if isinstance(masked, str):
-                    reason = masked
-                else:
-                    replay[id(prompt)] = masked
-            if reason is not None:
-                report.drop(reason, example_id(prompt, response))
-                continue
-            keep.append(i)
-            report.samples_kept += 1
-        subset = {k: [v[i] for i in keep] for k, v in examples.items()}
-        _REPLAY[id(self)] = replay
-        try:
-            out = orig_preprocess(self, subset)
-        finally:
-            _REPLAY.pop(id(self), None)
-        append_stats(report)
-        return out
+        return _preprocess_impl(self, examples, orig_preprocess, orig_encode, pairwise)
 
     if cls is encode_owner:
         cls._encode_data_example = _encode_data_example
@@ -324,6 +355,30 @@ def _persist_with_cache(dataset: Any, report: MaskReport, lines: int) -> MaskRep
 # ----------------------------------------------------------------------------------------------------------
 
 
+_STAGES_WITH_MASKING = ("sft", "dpo", "rm")
+
+
+def _patch_parser() -> None:
+    """Fail at argument parsing (before any model loads) when the stage would ignore the flag."""
+    if getattr(lf_parser, "_afm_patched", False):
+        return
+    orig = lf_parser._parse_train_args
+
+    def _parse_train_args(args=None):
+        parsed = orig(args)
+        data_args, finetuning_args = parsed[1], parsed[3]
+        stage = getattr(finetuning_args, "stage", "sft")
+        if getattr(data_args, "ignore_observation", False) and stage not in _STAGES_WITH_MASKING:
+            raise ValueError(
+                f"ignore_observation is implemented for stage sft, dpo and rm; stage {stage!r} would still train on "
+                "observations. Remove ignore_observation or use one of those stages."
+            )
+        return parsed
+
+    lf_parser._parse_train_args = _parse_train_args
+    lf_parser._afm_patched = True
+
+
 def _replace_data_arguments() -> None:
     for name in ("_TRAIN_ARGS", "_INFER_ARGS", "_EVAL_ARGS", "_TRAIN_MCA_ARGS"):
         lst = getattr(lf_parser, name, None)
@@ -336,6 +391,7 @@ def _replace_data_arguments() -> None:
 def apply() -> None:
     """Install every patch (safe to call more than once)."""
     _replace_data_arguments()
+    _patch_parser()
     sup = lf_supervised.SupervisedDatasetProcessor
     _wrap_processor(sup, pairwise=False, encode_owner=sup)
     # The packed processor inherits the encoder but has its own preprocess_dataset (which packs rows).

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from afm.sft.cli import normalize_args
+from afm.sft.cli import load_args
 from afm.sft.masking import IGNORE_INDEX
 from afm.sft.stats import MaskReport
 
@@ -41,20 +42,32 @@ def visualize(input_ids: list[int], labels: list[int], tokenizer: Any) -> str:
     return "".join(pieces)
 
 
-def run_report(args: list[str], show: int = 0) -> dict[str, MaskReport]:
-    """Preprocess the configured dataset(s); return the report per split and print it."""
+@dataclass
+class Preprocessed:
+    """What :func:`preprocess` produced."""
+
+    reports: dict[str, MaskReport]
+    dataset_module: dict[str, Any]
+    tokenizer: Any
+
+
+def preprocess(args: list[str] | dict[str, Any], force_mask: bool = True) -> Preprocessed:
+    """Run LLaMA-Factory's argument parsing and dataset pipeline with the overlay; no model is loaded.
+
+    With ``force_mask`` (the report's behaviour) masking is switched on even when the config leaves it off.
+    """
     from afm.sft import overlay
 
     overlay.apply()
     from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
-    from llamafactory.hparams import get_train_args, read_args
+    from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
 
-    raw = read_args(normalize_args(args)) if args and args[0].endswith((".yaml", ".yml", ".json")) else args
-    if isinstance(raw, dict):
+    raw = load_args(args) if isinstance(args, list) else dict(args)
+    if isinstance(raw, dict) and force_mask:
         raw.setdefault("ignore_observation", True)
     model_args, data_args, training_args, finetuning_args, _ = get_train_args(raw)
-    if not data_args.ignore_observation:
+    if force_mask and not data_args.ignore_observation:
         print("[afm] ignore_observation is false in this config: reporting what masking *would* do")
         data_args.ignore_observation = True
     stage = "sft" if finetuning_args.stage == "sft" else "rm"
@@ -63,6 +76,13 @@ def run_report(args: list[str], show: int = 0) -> dict[str, MaskReport]:
     template = get_template_and_fix_tokenizer(tokenizer, data_args)
     overlay.LAST_REPORTS.clear()
     module = get_dataset(template, model_args, data_args, training_args, stage=stage, **tokenizer_module)
+    return Preprocessed(dict(overlay.LAST_REPORTS), module, tokenizer)
+
+
+def run_report(args: list[str], show: int = 0) -> dict[str, MaskReport]:
+    """Preprocess the configured dataset(s), print the report and ``show`` visualised samples."""
+    result = preprocess(args)
+    module, tokenizer = result.dataset_module, result.tokenizer
     for k in range(show):
         ds = module.get("train_dataset")
         if ds is None or k >= len(ds):
@@ -73,7 +93,7 @@ def run_report(args: list[str], show: int = 0) -> dict[str, MaskReport]:
         for ids_key, lab_key in keys:
             print(f"--- sample {k} {lab_key} (masked text between {OPEN} {CLOSE}) ---")
             print(visualize(row[ids_key], row[lab_key], tokenizer))
-    return dict(overlay.LAST_REPORTS)
+    return result.reports
 
 
 def main(argv: list[str]) -> int:

@@ -142,6 +142,8 @@ def render(items: Iterable[tuple[str, str] | Segment], registry: TagRegistry | N
             if item.tag is None:
                 continue
             name, body = item.tag, item.body
+            if reg.get(name).kind == TagKind.OBSERVATION:  # drop the framing newlines format_observation adds
+                body = body.removeprefix("\n").removesuffix("\n")
         else:
             name, body = item
         tag = reg.get(name)

@@ -1,0 +1,87 @@
+"""``afm``: the project's command line.
+
+    afm quickstart [--workdir runs/quickstart]   the main job on embedded defaults (offline, CPU)
+    afm validate FILE [--field output] [--tags ...]   check CoA trajectories in a JSON/JSONL dataset
+    afm doctor [--fix]                           environment report (torch, LLaMA-Factory, verl)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+
+def _records(path: Path) -> list[dict]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise SystemExit(f"afm validate: {path} must hold a JSON list of records (or be .jsonl)")
+    return data
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from afm.trajectory import validate
+
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"afm validate: no such file: {path}", file=sys.stderr)
+        return 2
+    counts: Counter[str] = Counter()
+    examples: dict[str, int] = {}
+    bad = 0
+    records = _records(path)
+    for i, rec in enumerate(records):
+        text = rec.get(args.field)
+        if not isinstance(text, str):
+            counts["missing_field"] += 1
+            examples.setdefault("missing_field", i)
+            bad += 1
+            continue
+        problems = validate(text, args.tags.split(",") if args.tags else None, require_answer=not args.no_answer)
+        if problems:
+            bad += 1
+        for p in {p.code for p in problems}:
+            counts[p] += 1
+            examples.setdefault(p, i)
+    print(f"{path}: {len(records)} records, {len(records) - bad} valid, {bad} with problems")
+    for code, n in counts.most_common():
+        print(f"  {n:>6}  {code}  (first at record {examples[code]})")
+    return 0 if bad == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``afm``."""
+    parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
+    sub = parser.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("quickstart", help="tiny model + demo data + masked SFT and DPO, offline on CPU")
+    q.add_argument("--workdir", default="runs/quickstart")
+    q.add_argument("--sft-epochs", type=float, default=3.0)
+    q.add_argument("--dpo-epochs", type=float, default=2.0)
+    q.add_argument("--seed", type=int, default=0)
+    v = sub.add_parser("validate", help="check CoA trajectories in a dataset file")
+    v.add_argument("file")
+    v.add_argument("--field", default="output", help="record field holding the trajectory (default: output)")
+    v.add_argument("--tags", default=None, help="comma-separated allowed tags (default: any registered tag)")
+    v.add_argument("--no-answer", action="store_true", help="do not require a final <answer>")
+    d = sub.add_parser("doctor", help="environment report")
+    d.add_argument("--fix", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "quickstart":
+        from afm.quickstart import run
+
+        run(args.workdir, sft_epochs=args.sft_epochs, dpo_epochs=args.dpo_epochs, seed=args.seed)
+        return 0
+    if args.command == "validate":
+        return _validate(args)
+    from afm.doctor import main as doctor_main
+
+    return doctor_main(["--fix"] if args.fix else [])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

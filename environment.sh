@@ -1,0 +1,82 @@
+# shellcheck shell=bash
+# environment.sh: every environment variable afm reads, with safe defaults and no secrets.
+#
+#   source environment.sh            # from the repo root, in each shell (and on each node) before running scripts
+#
+# Each line is `export VAR="${VAR:-default}"`: a value you already set (in your shell, ~/.bashrc or a job
+# scheduler) always wins, so sourcing this file twice, or after exporting a key, changes nothing.
+# Keys are empty here: fill them in your own shell or a private copy of this file, never in a commit.
+# Nothing in this file prints a value.
+#
+# Training knobs of the SFT/DPO scripts (MODEL_PATH, LEARNING_RATE, NNODES, ...) are per run, not global: they are
+# listed in sft_scripts/common.sh and printed by `bash sft_scripts/sft_qwen2.5_7b.sh --help`.
+
+if ! (return 0 2> /dev/null); then
+  echo "environment.sh sets variables in the calling shell: run 'source environment.sh', not 'bash environment.sh'" >&2
+  exit 2
+fi
+
+# ---- installation and launchers (scripts/install.sh, sft_scripts/*.sh) ---------------------------------------------
+# Virtual environment that scripts/install.sh creates and that the SFT scripts fall back to (relative to the repo
+# root; "none" installs into the active python, e.g. a conda env).
+export AFM_VENV="${AFM_VENV:-.venv}"
+# Also read by scripts/install.sh only (set them on its command line): AFM_EXTRAS (extras to install, default
+# sft,dev; others: deepspeed, rl, servers, eval), PYTHON (interpreter that creates the venv, default python3),
+# AFM_CPU_TORCH (torch pin on machines without a GPU).
+# Command the SFT/DPO scripts run; empty = afm-sft on PATH, else $AFM_VENV/bin/afm-sft.
+export AFM_SFT="${AFM_SFT:-}"
+
+# ---- models (inference/, evaluation/, experiments/) -----------------------------------------------------------------
+# HF hub id or local folder of the agent model to run or to start RL from; empty = each script's own default.
+# Published checkpoints: PersonalAILab/AFM-WebAgent-32B-rl, PersonalAILab/AFM-CodeAgent-32B-rl,
+# PersonalAILab/AFM-MHQA-Agent-7B-rl.
+export AFM_MODEL_PATH="${AFM_MODEL_PATH:-}"
+
+# ---- Hugging Face (model and dataset downloads, LLaMA-Factory, verl) ------------------------------------------------
+# Cache of downloaded models and datasets (put it on a large disk shared by the nodes).
+export HF_HOME="${HF_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/huggingface}"
+# Token for gated or private repos: set HF_TOKEN, or run `hf auth login` once. Like the other keys that have a
+# stored login (WANDB_API_KEY, SWANLAB_API_KEY), it is exported only when set, so an empty value never hides it.
+if [[ -n "${HF_TOKEN:-}" ]]; then export HF_TOKEN; fi
+
+# ---- tool servers (server/, read by the servers and by the web_search / crawl_page / wiki_search tool clients) -----
+# Host the servers bind to and the clients call. 127.0.0.1 keeps them private to this machine; for multi-node RL
+# use an address the other nodes can reach (and the servers' bearer token).
+export SERVER_HOST="${SERVER_HOST:-127.0.0.1}"
+# Search server: POST /search {q, num}.
+export WEBSEARCH_PORT="${WEBSEARCH_PORT:-9000}"
+# Crawl server: POST /crawl_page {urls, task, web_search_query, think_content, summary_type}.
+export CRAWL_PAGE_PORT="${CRAWL_PAGE_PORT:-9001}"
+# Wiki RAG server: POST /retrieve {queries, topk, return_scores}.
+export WIKI_RAG_PORT="${WIKI_RAG_PORT:-8000}"
+export WIKI_RAG_SERVER_URL="${WIKI_RAG_SERVER_URL:-http://$SERVER_HOST:$WIKI_RAG_PORT/retrieve}"
+
+# ---- search and crawl backends (search and crawl servers) -----------------------------------------------------------
+# Serper (google.serper.dev) key for the search server; empty = the offline local BM25 backend.
+export WEB_SEARCH_SERPER_API_KEY="${WEB_SEARCH_SERPER_API_KEY:-}"
+# Jina Reader key for the crawl server; empty = pages are fetched directly.
+export JINA_API_KEY="${JINA_API_KEY:-}"
+
+# ---- page summary LLM (crawl server; any OpenAI-compatible endpoint, e.g. a local vLLM) -----------------------------
+# Empty base URL = pages are returned as extracted text, not summarised.
+export SUMMARY_OPENAI_API_BASE_URL="${SUMMARY_OPENAI_API_BASE_URL:-}"
+export SUMMARY_OPENAI_API_KEY="${SUMMARY_OPENAI_API_KEY:-}"
+export SUMMARY_MODEL="${SUMMARY_MODEL:-qwen2.5-72b-instruct}"
+
+# ---- LLM judge (rewards for web/QA data in RL and evaluation; OpenAI-compatible) ------------------------------------
+# Empty base URL = no judge: answers are scored by exact match / F1 instead.
+export GRM_BASE_URL="${GRM_BASE_URL:-}"
+export GRM_API_KEY="${GRM_API_KEY:-}"
+export GRM_MODEL_NAME="${GRM_MODEL_NAME:-gpt-4.1-mini}"
+
+# ---- code sandbox (code tool, code rewards) -------------------------------------------------------------------------
+# Path of the nsjail binary; empty = nsjail from PATH (bubblewrap is the fallback when there is none).
+export NSJAIL_PATH="${NSJAIL_PATH:-}"
+
+# ---- experiment tracking (sft_scripts with REPORT_TO=swanlab|wandb, experiments/) -----------------------------------
+# SwanLab: the key (or a stored `swanlab login`) is read by swanlab itself; the project is passed as --swanlab_project.
+if [[ -n "${SWANLAB_API_KEY:-}" ]]; then export SWANLAB_API_KEY; fi
+export SWANLAB_PROJECT="${SWANLAB_PROJECT:-afm}"
+# Weights & Biases: the key (or a stored `wandb login`) and the project are read by wandb itself.
+if [[ -n "${WANDB_API_KEY:-}" ]]; then export WANDB_API_KEY; fi
+export WANDB_PROJECT="${WANDB_PROJECT:-afm}"

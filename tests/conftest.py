@@ -1,0 +1,76 @@
+"""Shared fixtures: a tiny Qwen2 model + tokenizer and demo data, built once per test session (offline)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    from afm.demo.data import tokenizer_corpus
+    from afm.demo.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen2", tokenizer_corpus(0))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory) -> Path:
+    from afm.demo.data import write_demo_data
+
+    return write_demo_data(tmp_path_factory.mktemp("data"), n_sft=24, n_dpo=12, broken=2)
+
+
+def lf_config(model: Path, data: Path, out: Path, **overrides: Any) -> dict[str, Any]:
+    """A small LLaMA-Factory training config for the tiny model."""
+    cfg: dict[str, Any] = {
+        "model_name_or_path": str(model),
+        "stage": "sft",
+        "do_train": True,
+        "finetuning_type": "full",
+        "dataset": "afm_demo_sft",
+        "dataset_dir": str(data),
+        "template": "qwen",
+        "cutoff_len": 1024,
+        "per_device_train_batch_size": 4,
+        "max_steps": 3,
+        "learning_rate": 1.0e-3,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "overwrite_cache": True,
+        "preprocessing_num_workers": 1,
+        "output_dir": str(out),
+        "overwrite_output_dir": True,
+        "ignore_observation": True,
+        "seed": 0,
+        "cache_dir": str(out.parent / "hf-cache"),
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def run_afm_sft(args: list[str], env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``afm-sft`` in a subprocess, as a user would (venv's bin first on PATH for torchrun)."""
+    full_env = dict(os.environ)
+    full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
+    full_env.setdefault("HF_HUB_OFFLINE", "1")
+    full_env.update(env or {})
+    exe = shutil.which("afm-sft", path=full_env["PATH"])
+    cmd = [exe] if exe else [sys.executable, "-m", "afm.sft.cli"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO)
