@@ -1,0 +1,101 @@
+"""Real LLaMA-Factory trainings through ``afm-sft`` on the tiny model (CPU, seconds each)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import lf_config, run_afm_sft
+
+pytestmark = pytest.mark.slow
+
+
+def _train(tmp_path, name, **overrides):
+    out = tmp_path / name
+    cfg = lf_config(overrides.pop("model"), overrides.pop("data"), out, **overrides)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path, out
+
+
+def _train_loss(out):
+    return json.loads((out / "all_results.json").read_text())["train_loss"]
+
+
+def test_sft_masked_vs_unmasked_and_packed(tiny_model, demo_data, tmp_path):
+    losses = {}
+    for name, extra in {"masked": {}, "unmasked": {"ignore_observation": False},
+                        "packed": {"packing": True, "cutoff_len": 2048}}.items():
+        cfg, out = _train(tmp_path, name, model=tiny_model, data=demo_data, **extra)
+        proc = run_afm_sft(["train", str(cfg)])
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        losses[name] = _train_loss(out)
+        if extra.get("ignore_observation", True):
+            report = json.loads((out / "afm_mask_report_train.json").read_text())
+            assert report["tokens_masked"] > 0 and report["drops"] == {"unclosed_observation": 2}
+            assert "[afm] observation masking" in proc.stdout
+        else:
+            assert not (out / "afm_mask_report_train.json").exists()
+    assert losses["masked"] != pytest.approx(losses["unmasked"], abs=1e-4)
+
+
+def test_dpo_masked(tiny_model, demo_data, tmp_path):
+    cfg, out = _train(tmp_path, "dpo", model=tiny_model, data=demo_data, stage="dpo", dataset="afm_demo_dpo",
+                      pref_beta=0.1, pref_loss="sigmoid")
+    proc = run_afm_sft(["train", str(cfg)])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "afm_mask_report_train.json").read_text())
+    assert report["samples_kept"] == 12 and report["tokens_masked"] > 0
+    assert "rewards/accuracies" in (out / "trainer_state.json").read_text()
+
+
+def test_cli_flags_without_config_file(tiny_model, demo_data, tmp_path):
+    out = tmp_path / "flags"
+    proc = run_afm_sft([
+        "train", "--model_name_or_path", str(tiny_model), "--stage", "sft", "--do_train", "true",
+        "--finetuning_type", "full", "--dataset", "afm_demo_sft", "--dataset_dir", str(demo_data),
+        "--template", "qwen", "--cutoff_len", "1024", "--max_steps", "2", "--output_dir", str(out),
+        "--report_to", "none", "--save_strategy", "no", "--overwrite_cache", "true",
+        "--ignore_observation", "true", "--ignore_observation_token", "observation",
+        "--cache_dir", str(tmp_path / "hf-cache"),
+    ])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((out / "afm_mask_report_train.json").read_text())["tokens_masked"] > 0
+
+
+def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
+    cfg, out = _train(tmp_path, "ddp", model=tiny_model, data=demo_data, per_device_train_batch_size=2, max_steps=2,
+                      ddp_backend="gloo")
+    proc = run_afm_sft(["train", str(cfg)], env={"FORCE_TORCHRUN": "1", "NPROC_PER_NODE": "2",
+                                                 "MASTER_PORT": "29531", "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    logs = proc.stdout + proc.stderr
+    assert "Initializing 2 distributed tasks" in logs
+    # both ranks parsed ignore_observation: stock LLaMA-Factory workers would reject the unknown key
+    assert "process rank: 1, world size: 2" in logs.lower()
+    report = json.loads((out / "afm_mask_report_train.json").read_text())
+    assert report["tokens_masked"] > 0
+
+
+def test_bad_cli_input_gives_clear_errors(tiny_model, demo_data, tmp_path):
+    proc = run_afm_sft(["train", str(tmp_path / "missing.yaml")])
+    assert proc.returncode == 2 and "config file not found" in proc.stderr
+    proc = run_afm_sft(["frobnicate"])
+    assert proc.returncode == 2 and "unknown command 'frobnicate'" in proc.stderr
+    cfg, _ = _train(tmp_path, "bad", model=tiny_model, data=demo_data)
+    proc = run_afm_sft(["train", str(cfg), "ignore_observation_check=bogus"])
+    assert proc.returncode != 0 and "ignore_observation_check" in proc.stderr
+    proc = run_afm_sft(["train", str(cfg), "--ignore_observation_token", "<observation>"])
+    assert proc.returncode != 0 and "bare tag name" in proc.stderr
+    proc = run_afm_sft(["mask-report"])
+    assert proc.returncode == 2 and "training config" in proc.stderr
+
+
+def test_mask_report_command(tiny_model, demo_data, tmp_path):
+    cfg, _ = _train(tmp_path, "rep", model=tiny_model, data=demo_data, ignore_observation=False)
+    proc = run_afm_sft(["mask-report", str(cfg), "--show", "1", "--json", str(tmp_path / "r.json")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "would" in proc.stdout and "unclosed_observation" in proc.stdout and "⟦<observation>" in proc.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["train"]["samples_dropped"] == 2
