@@ -6,11 +6,11 @@ import json
 
 import pytest
 import torch
+from conftest import lf_config
 
 from afm.sft.masking import IGNORE_INDEX
 from afm.sft.report import preprocess, visualize
 from afm.trajectory import format_observation
-from conftest import lf_config
 
 GOOD = "<think>t</think>\n<web_search>q</web_search>" + format_observation("RESULT TEXT") + "<answer>a</answer>"
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import yaml
-
 from conftest import lf_config, run_afm_sft
 
 pytestmark = pytest.mark.slow

@@ -37,7 +37,7 @@ from llamafactory.hparams import parser as lf_parser
 from llamafactory.hparams.data_args import DataArguments
 
 from afm.sft import launcher as afm_launcher
-from afm.sft.masking import IGNORE_INDEX, mask_observation_labels
+from afm.sft.masking import mask_observation_labels
 from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
 from afm.sft.token_bytes import TokenBytes
 from afm.trajectory.parse import pairing_problems

@@ -88,7 +88,9 @@ class MaskReport:
 
     def format(self, title: str = "observation masking") -> str:
         """Human-readable summary (what a user checks before a long run)."""
-        pct = (lambda a, b: f"{100.0 * a / b:.1f}%" if b else "n/a")
+        def pct(a: int, b: int) -> str:
+            return f"{100.0 * a / b:.1f}%" if b else "n/a"
+
         lines = [
             f"[afm] {title}{' (from datasets cache)' if self.from_cache else ''}",
             f"  samples   seen {self.samples_seen}  kept {self.samples_kept}  dropped {self.samples_dropped}",

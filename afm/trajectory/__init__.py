@@ -57,5 +57,6 @@ __all__ = [
     "render",
     "stop_strings",
     "tool_calls",
+    "tool_tags",
     "validate",
 ]

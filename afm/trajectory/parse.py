@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import pairwise
 
 from afm.trajectory.tags import DEFAULT_REGISTRY, TagKind, TagRegistry
 
@@ -212,7 +213,7 @@ def validate(
             problems.append(Problem("disallowed_tag", f"<{s.tag}> is not allowed here (allowed: {', '.join(sorted(allowed))})", s.start))
         if s.closed and not s.body.strip():
             problems.append(Problem("empty_tag", f"<{s.tag}> has an empty body", s.start))
-    for prev, cur in zip(tag_blocks, tag_blocks[1:], strict=False):
+    for prev, cur in pairwise(tag_blocks):
         prev_kind, cur_kind = reg.get(prev.tag).kind, reg.get(cur.tag).kind
         if prev_kind == TagKind.TOOL and cur_kind != TagKind.OBSERVATION:
             problems.append(Problem("missing_observation", f"<{prev.tag}> call is not followed by an observation", cur.start))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class TagKind(str, Enum):
+class TagKind(StrEnum):
     """What a tag does in a trajectory."""
 
     REASONING = "reasoning"  # think, plan, reflection, suggested_answer, double_check
