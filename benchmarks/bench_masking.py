@@ -64,7 +64,7 @@ TAG_LIKE = [
     "<div class=\"r\"><p>text</p></div>", "a < b > c", "<|im_start|>", "<web_search>q</web_search>", "<<>>",
     "<plan>1. x</plan>", "&lt;observation&gt;",
 ]
-WORDS = (
+WORDS = (  # noqa: SIM905
     "the river town was founded by merchants who traded salt and amber along the northern road during the long "
     "winter months records show population growth result value error status query page source archive index "
     "python print stdout returned table column entry search found results about history of"
@@ -130,7 +130,7 @@ class Gen:
             body = " | ".join(f"https://site{r.randint(0, 99)}.example/p/{r.randint(0, 999)}"
                               for _ in range(r.randint(1, 3)))
         elif tool == "visual_inspector":
-            body = '\n```json\n{"file_path": "img_%d.png", "question": "what is shown?"}\n```\n' % r.randint(0, 99)
+            body = f'\n```json\n{{"file_path": "img_{r.randint(0, 99)}.png", "question": "what is shown?"}}\n```\n'
         else:
             body = self.sprinkle(self.words(2, 8), 0.1)
         return f"<{tool}>{body}</{tool}>"
@@ -147,10 +147,7 @@ class Gen:
             chunks = []
             size = 0
             while size < target:
-                if r.random() < 0.15:
-                    piece = r.choice(TAG_LIKE)
-                else:
-                    piece = self.sprinkle(self.words(5, 40), 0.04)
+                piece = r.choice(TAG_LIKE) if r.random() < 0.15 else self.sprinkle(self.words(5, 40), 0.04)
                 piece += r.choice(["\n", "\n\n", " ", ". "])
                 chunks.append(piece)
                 size += len(piece)
@@ -463,7 +460,13 @@ class Tally:
     unexpected_drops: int = 0
     unexpected_keeps: int = 0
     mixed: int = 0
+    kinds: dict = field(default_factory=dict)  # what the wrong tokens / unexpected keeps were
+    kind_example: dict = field(default_factory=dict)
     examples: list = field(default_factory=list)
+
+    def note(self, kind: str, example: str = "") -> None:
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        self.kind_example.setdefault(kind, example)
 
 
 def token_ranges(tokenizer, text: str, run_ids: np.ndarray, enc: dict | None):
@@ -503,6 +506,9 @@ def check_row(t: Tally, tokenizer, text: str, ids: np.ndarray, stock_labels: np.
         return
     if expect_drop:
         t.unexpected_keeps += 1
+        partial_open = any(cs < cut < cs + len(OPEN_TAG) for _, cs, _, _, _ in spans)
+        t.note("kept: run ends inside an opening <observation> tag" if partial_open
+               else "kept: run ends inside an observation body", f"{where}: run ends with {text[max(0, cut - 40):cut]!r}")
         if len(t.examples) < 6:
             t.examples.append(f"{where}: kept though the label run ends inside an observation core "
                               f"(run ends with {text[max(0, cut - 30):cut]!r})")
@@ -518,6 +524,19 @@ def check_row(t: Tally, tokenizer, text: str, ids: np.ndarray, stock_labels: np.
         sel = (starts < ce) & (ends > cs)
         t.mixed += int((sel & ((starts < s) | (ends > e))).sum())
     bad = np.flatnonzero(exp != got)
+    ref = text if not fb else text.encode()
+    for j in bad:
+        a_j, b_j = int(starts[j]), int(ends[j])
+        tok = tokenizer.convert_ids_to_tokens([int(run[j])])[0]
+        ex = (f"{where}: token {j} of the response, id {int(run[j])} {tok!r}, chars {a_j}:{b_j} = {ref[a_j:b_j]!r}, "
+              f"run cut at char {cut}; context {ref[max(0, a_j - 40):b_j + 40]!r}")
+        if exp[j] and any(cs >= cut and s <= a_j and b_j <= cs for s, cs, _, _, _ in spans):
+            t.note("trained: padding before an observation that the cut removed", ex)
+        elif exp[j] and any(cs < cut < ce and ((a_j < ce and b_j > cs) or (s <= a_j and b_j <= cs))
+                            for s, cs, ce, _, _ in spans):
+            t.note("trained: part of (or padding before) an observation cut open by the truncation", ex)
+        else:
+            t.note(f"{'trained' if exp[j] else 'masked'} against the rule", ex)
     if len(bad):
         t.wrong += len(bad)
         t.wrong_samples += 1
@@ -593,41 +612,60 @@ def section_truncation(lf: LF, gen_texts: list[str], questions: list[str], n_pro
     return tally
 
 
+def masked_with_report(proc, batch: dict) -> tuple[dict, object]:
+    """Run the masked processor on one batch and collect afm's MaskReport for it."""
+    from afm.sft.stats import STATS_DIR_ENV, collect_stats
+
+    stats_dir = tempfile.mkdtemp(prefix="afm-bench-stats-")
+    os.environ[STATS_DIR_ENV] = stats_dir
+    try:
+        out = proc.preprocess_dataset(batch)
+        report, _ = collect_stats(stats_dir)
+    finally:
+        os.environ.pop(STATS_DIR_ENV, None)
+        shutil.rmtree(stats_dir, ignore_errors=True)
+    return out, report
+
+
 def section_nfc(lf: LF) -> list[str]:
     """U+0338 after '>' composes under NFC (Qwen2's normaliser): '>' + U+0338 -> U+226F."""
     from llamafactory.data.processor import SupervisedDatasetProcessor as SDP
 
     masked = lf.make(SDP, True, 16384)
     stock = lf.make(SDP, False, 16384)
+    head = "<think> a </think>\n<web_search>q</web_search>\n\n"
     cases = {
-        "U+0338 first in an observation body": "<think> a </think>\n<web_search>q</web_search>\n\n<observation>\u0338"
-        "secret tool output\n</observation>\n\n<answer>1</answer>",
-        "U+0338 right after </observation>": "<think> a </think>\n<web_search>q</web_search>\n\n<observation>\n"
-        "secret tool output</observation>\u0338 next <answer>1</answer>",
-        "U+0301 first in an observation body (no composition with '>')": "<think> a </think>\n<web_search>q"
-        "</web_search>\n\n<observation>\u0301secret tool output\n</observation>\n\n<answer>1</answer>",
+        "U+0338 first in an observation body": head + "<observation>\u0338secret tool output\n</observation>\n\n"
+        "<answer>1</answer>",
+        "U+0338 right after </observation>": head + "<observation>\nsecret tool output</observation>\u0338 next "
+        "<answer>1</answer>",
+        "U+0301 first in an observation body (no composition with '>')": head + "<observation>\u0301secret tool "
+        "output\n</observation>\n\n<answer>1</answer>",
     }
     lines = []
     for name, text in cases.items():
         batch = convert(["q?"], [[text]])
         s = stock.preprocess_dataset(batch)
-        m = masked.preprocess_dataset(batch)
-        labels = np.asarray(s["labels"][0])
-        run = np.asarray(s["input_ids"][0])[labels != IGNORE]
+        m, report = masked_with_report(masked, batch)
+        ids, labels = np.asarray(s["input_ids"][0]), np.asarray(s["labels"][0])
+        run = ids[labels != IGNORE]
+        body = text + "<|im_end|>\n"
+        spans, starts, ends, _ = token_ranges(lf.tokenizer, body, run, None)
+        expected = int(expected_mask(starts, ends, spans).sum())
         t = Tally()
-        check_row(t, lf.tokenizer, text + "<|im_end|>\n", np.asarray(s["input_ids"][0]), labels,
-                  np.asarray(m["labels"][0]) if m["labels"] else None, None, name)
-        decoded = lf.tokenizer.decode(run.tolist())
-        outcome = "dropped" if not m["labels"] else f"kept, {t.masked_got} of {t.target} label tokens masked"
+        check_row(t, lf.tokenizer, body, ids, labels, np.asarray(m["labels"][0]) if m["labels"] else None, None, name)
+        outcome = (f"dropped ({', '.join(report.drops)})" if not m["labels"]
+                   else f"kept, {t.masked_got} of {t.target} label tokens masked")
         verdict = "OK" if not (t.wrong or t.unexpected_keeps or t.unexpected_drops) else "MISMATCH"
-        lines.append(f"{verdict:8s} {name}: {outcome}; oracle expects {t.masked_expected} masked"
-                     f"{' or a drop' if t.unexpected_drops else ''}; tokens decode to {decoded[40:110]!r}")
+        lines.append(f"{verdict:8s} {name}: afm {outcome}; oracle expects it kept with {expected} of {len(run)} "
+                     f"masked; the label tokens decode to {lf.tokenizer.decode(run.tolist())[40:100]!r}")
     return lines
 
 
 def section_broken(lf: LF, gen: Gen, n: int) -> tuple[int, int, dict, dict]:
-    from afm.sft.stats import STATS_DIR_ENV, collect_stats
     from llamafactory.data.processor import SupervisedDatasetProcessor as SDP
+
+    from afm.sft.stats import STATS_DIR_ENV, collect_stats
 
     masked = lf.make(SDP, True, 16384)
     pairs = broken_samples(gen, n)
@@ -658,11 +696,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per processor (median reported)")
     ap.add_argument("--batch", type=int, default=1000, help="examples per preprocess_dataset call (datasets.map)")
     ap.add_argument("--cutoff-len", type=int, default=16384)
-    ap.add_argument("--dpo-n", type=int, default=None, help="pairs for the DPO timing (default n/4; 0 skips)")
-    ap.add_argument("--trunc-probes", type=int, default=1500, help="cutoff_len truncation probes (0 skips)")
+    ap.add_argument("--dpo-n", type=int, default=None, help="pairs for the DPO timing (default n/8; 0 skips)")
+    ap.add_argument("--trunc-probes", type=int, default=1000, help="cutoff_len truncation probes (0 skips)")
     ap.add_argument("--broken", type=int, default=200, help="broken samples that must be dropped (0 skips)")
     args = ap.parse_args(argv)
-    dpo_n = args.n // 4 if args.dpo_n is None else args.dpo_n
+    dpo_n = args.n // 8 if args.dpo_n is None else args.dpo_n
 
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
@@ -673,12 +711,13 @@ def main(argv: list[str] | None = None) -> int:
 
     overlay.apply()
     overlay.apply()  # idempotent
-    from llamafactory.data.processor import PairwiseDatasetProcessor, SupervisedDatasetProcessor
-
     import llamafactory
     import torch
     import transformers
+    from llamafactory.data.processor import PairwiseDatasetProcessor, SupervisedDatasetProcessor
 
+    print(f"afm overlay fingerprint {overlay.OVERLAY_FINGERPRINT}  load average at start "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"python {platform.python_version()}  torch {torch.__version__}  transformers {transformers.__version__}  "
           f"llamafactory {llamafactory.__version__}  cpus {os.cpu_count()}  machine {platform.machine()}")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -774,6 +813,9 @@ def main(argv: list[str] | None = None) -> int:
     if dpo:
         print(f"DPO  wrong tokens: {dtally.wrong} of {dtally.target}  (chosen+rejected; unexpected drops "
               f"{dtally.unexpected_drops}, unexpected keeps {dtally.unexpected_keeps})")
+    for tl, prefix in ((tally, "sft"), (dtally, "dpo")):
+        for kind, cnt in sorted(tl.kinds.items()):
+            print(f"   {cnt:6d}  {prefix} {kind}\n           e.g. {tl.kind_example[kind]}")
     for ex in tally.examples + dtally.examples:
         print("  ", ex)
     if broken:
@@ -783,12 +825,13 @@ def main(argv: list[str] | None = None) -> int:
     if ttally:
         print(f"truncation probes: {ttally.samples} rows, wrong tokens {ttally.wrong} of {ttally.target}, unexpected "
               f"drops {ttally.unexpected_drops}, unexpected keeps {ttally.unexpected_keeps}")
-        for ex in ttally.examples:
-            print("  ", ex)
+        for kind, cnt in sorted(ttally.kinds.items()):
+            print(f"   {cnt:6d}  {kind}\n           e.g. {ttally.kind_example[kind]}")
     print("NFC probes (U+0338 composes with '>' under the tokenizer's NFC normaliser):")
     for line in nfc_lines:
         print("  ", line)
-    print(f"total runtime {time.perf_counter() - t_start:.0f}s")
+    print(f"total runtime {time.perf_counter() - t_start:.0f}s; load average at end "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} (other processes on the machine skew the timings)")
     print(bar)
     failed = tally.wrong or tally.unexpected_drops or tally.unexpected_keeps or dtally.wrong or dtally.unexpected_drops
     return 1 if failed else 0

@@ -125,3 +125,22 @@ def test_unsupported_tokenizer_is_refused_clearly():
 
     with pytest.raises(ValueError, match="does not round-trip"):
         TokenBytes(Fake())
+
+
+def test_truncation_inside_the_opening_tag_is_flagged(tokenizer, table):
+    text = CASES["standard"]
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    prefix = tokenizer.encode(CALL + "\n\n<observation", add_special_tokens=False)
+    assert ids[: len(prefix)] == prefix  # '<observation' is its own piece, cut before its '>'
+    res = mask_observation_labels(prefix, table)
+    assert res.truncated
+
+
+def test_nfc_merging_a_tag_is_dropped_before_encoding():
+    from afm.sft.overlay import text_problem
+
+    text = CALL + "\n\n<observation>\u0338secret\n</observation>\n\n" + ANSWER
+    assert text_problem(text, "observation", "tags") == "normalization_breaks_tag"
+    assert text_problem(text, "observation", "none") == "normalization_breaks_tag"
+    harmless = CALL + format_observation("e\u0301 caf\u00e9") + ANSWER
+    assert text_problem(harmless, "observation", "tags") is None

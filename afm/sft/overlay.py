@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -149,6 +150,10 @@ def _registry(tag: str) -> TagRegistry:
 
 def text_problem(text: str, tag: str, mode: str) -> str | None:
     """The drop reason for a response text before encoding, or None when it is fine."""
+    if not unicodedata.is_normalized("NFC", text):  # Qwen-style tokenizers normalise: '>' + U+0338 becomes '≯'
+        norm = unicodedata.normalize("NFC", text)
+        if any(norm.count(t) != text.count(t) for t in (f"<{tag}>", f"</{tag}>")):
+            return "normalization_breaks_tag"
     if mode == "none":
         return None
     if mode == "tags":

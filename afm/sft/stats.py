@@ -24,7 +24,8 @@ REASONS = {
     "unclosed_tag": "a CoA tag (think, plan, tool, answer, ...) is never closed",
     "stray_closing_tag": "a CoA closing tag has no opening tag",
     "nested_tag": "a CoA tag is opened inside another (non-opaque) tag",
-    "truncated_inside_observation": "cutoff_len cuts the response inside an observation",
+    "truncated_inside_observation": "cutoff_len cuts the response inside an observation (or its opening tag)",
+    "normalization_breaks_tag": "Unicode NFC normalisation merges an observation tag's '>' with the next character",
     "no_trained_tokens": "nothing is left to train on after masking",
     "invalid_structure": "LLaMA-Factory's own check (prompt/response turn counts) rejected it",
 }

@@ -76,7 +76,8 @@ class TokenBytes:
             else:
                 table.append(tokenizer.decode([i], skip_special_tokens=False).encode("utf-8"))
         self.table = table
-        self.lengths = np.fromiter((len(b) for b in table), dtype=np.int64, count=len(table))
+        self.lengths_list = [len(b) for b in table]
+        self.lengths = np.asarray(self.lengths_list, dtype=np.int64)
         self._check(tokenizer)
 
     def _check(self, tokenizer: Any) -> None:

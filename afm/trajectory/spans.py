@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import AnyStr
 
 # Environment-inserted padding is ASCII whitespace (the loop writes "\n\n"; CRLF data is tolerated).
-_PAD = r"[ \t\r\n\f\v]*"
 
 
 @dataclass(frozen=True)
@@ -31,12 +29,13 @@ class ObservationSpan:
     closed: bool  # False when the text ends before the closing tag (truncation or a broken sample)
 
 
-@lru_cache(maxsize=64)
-def _pattern(tag: str, as_bytes: bool) -> re.Pattern:
+_PAD_CHARS = " \t\r\n\f\v"
+_PAD_BYTES = frozenset(_PAD_CHARS.encode())
+
+
+def _check_tag(tag: str) -> None:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", tag):
         raise ValueError(f"invalid observation tag name {tag!r}: pass the bare name, e.g. 'observation'")
-    src = rf"({_PAD})<{tag}>.*?(?:</{tag}>({_PAD})|\Z)"
-    return re.compile(src.encode() if as_bytes else src, re.DOTALL)
 
 
 def find_observations(text: AnyStr, tag: str = "observation") -> list[ObservationSpan]:
@@ -46,14 +45,32 @@ def find_observations(text: AnyStr, tag: str = "observation") -> list[Observatio
     like any other tag (HTML, ``<answer>``, even ``<observation>``). An opening tag without a closing tag yields a
     span that runs to the end of the text with ``closed=False``.
     """
-    pat = _pattern(tag, isinstance(text, bytes))
-    spans = []
-    for m in pat.finditer(text):
-        core_start = m.end(1)
-        closed = m.group(2) is not None
-        core_end = m.start(2) if closed else m.end()
-        spans.append(ObservationSpan(m.start(), core_start, core_end, m.end(), closed))
-    return spans
+    _check_tag(tag)
+    as_bytes = isinstance(text, bytes)
+    open_t, close_t = f"<{tag}>", f"</{tag}>"
+    if as_bytes:
+        open_t, close_t = open_t.encode(), close_t.encode()
+        is_pad = _PAD_BYTES.__contains__  # indexing bytes gives ints
+    else:
+        is_pad = _PAD_CHARS.__contains__
+    spans: list[ObservationSpan] = []
+    n, floor, pos = len(text), 0, 0
+    while True:
+        core_start = text.find(open_t, pos)
+        if core_start < 0:
+            return spans
+        start = core_start
+        while start > floor and is_pad(text[start - 1]):
+            start -= 1
+        close = text.find(close_t, core_start + len(open_t))
+        if close < 0:
+            spans.append(ObservationSpan(start, core_start, n, n, False))
+            return spans
+        core_end = end = close + len(close_t)
+        while end < n and is_pad(text[end]):
+            end += 1
+        spans.append(ObservationSpan(start, core_start, core_end, end, True))
+        floor = pos = end
 
 
 def observation_spans(text: str, tag: str = "observation") -> list[tuple[int, int]]:
