@@ -9,7 +9,7 @@ What it does (CPU only, in one process):
    ``--out`` when present) and generates ``--n`` seeded, adversarial Chain-of-Agents trajectories;
 2. builds LLaMA-Factory's real ``SupervisedDatasetProcessor`` (template ``qwen``) twice after
    ``afm.sft.overlay.apply()``: ``ignore_observation=False`` (the wrapper calls straight through to the stock
-   code) and ``ignore_observation=True, ignore_observation_check='tags'``;
+   code) and ``ignore_observation=True`` (default check mode ``observation``);
 3. times ``preprocess_dataset`` on batches of 1000 converted examples (what ``datasets.map`` passes), several
    rounds in alternating order, and reports the median input tokens/s of each and the ratio masked/stock;
 4. checks every trained label of every sample against an independent oracle: per-token character ranges come
@@ -294,7 +294,7 @@ class LF:
         from afm.sft.overlay import AfmDataArguments
 
         args = AfmDataArguments(template="qwen", cutoff_len=cutoff_len, ignore_observation=ignore_observation,
-                                ignore_observation_check="tags")
+                                ignore_observation_check=getattr(self, "check", "observation"))
         return cls(template=self.template, tokenizer=self.tokenizer, processor=self.processor, data_args=args)
 
 
@@ -668,6 +668,7 @@ def section_broken(lf: LF, gen: Gen, n: int) -> tuple[int, int, dict, dict]:
     from afm.sft.stats import STATS_DIR_ENV, collect_stats
 
     masked = lf.make(SDP, True, 16384)
+    masked.data_args.ignore_observation_check = "tags"  # the strict mode names every broken-tag reason
     pairs = broken_samples(gen, n)
     want: dict[str, int] = {}
     for _, reason in pairs:

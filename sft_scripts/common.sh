@@ -22,7 +22,7 @@
 #   PACKING                 false         (sft only) pack samples into cutoff_len rows; masking still applies
 #   IGNORE_OBSERVATION      true          mask <observation>...</observation> (and the whitespace around it)
 #   IGNORE_OBSERVATION_TOKEN observation  bare tag name of the masked span
-#   IGNORE_OBSERVATION_CHECK tags         drop samples with broken tags: tags (any CoA tag) | observation | none
+#   IGNORE_OBSERVATION_CHECK observation  drop broken samples: observation (masked tag) | tags (any CoA tag, strict) | none
 #   PREF_BETA               0.1           (dpo only) DPO beta
 #   PREF_LOSS               sigmoid       (dpo only) sigmoid | hinge | ipo | kto_pair | orpo | simpo
 #   DEEPSPEED_CONFIG        <repo>/configs/deepspeed/ds_z3_config.json
@@ -148,7 +148,7 @@ afm_launch() {
   ignore_obs=$(afm_bool IGNORE_OBSERVATION "${IGNORE_OBSERVATION:-true}")
   save_only_model=$(afm_bool SAVE_ONLY_MODEL "${SAVE_ONLY_MODEL:-true}")
   local obs_token=${IGNORE_OBSERVATION_TOKEN:-observation}
-  local obs_check=${IGNORE_OBSERVATION_CHECK:-tags}
+  local obs_check=${IGNORE_OBSERVATION_CHECK:-observation}
   local pref_beta=${PREF_BETA:-0.1}
   local pref_loss=${PREF_LOSS:-sigmoid}
   # ${VAR-default} (no colon): DEEPSPEED_CONFIG="" switches DeepSpeed off.

@@ -94,7 +94,8 @@ def test_broken_samples_are_dropped_with_reasons(tiny_model, tmp_path):
         {"instruction": "truncated", "input": "", "output": long_obs},
     ]
     data = _write(tmp_path, records)
-    res = preprocess(lf_config(tiny_model, data, tmp_path / "o", dataset="cases", cutoff_len=200))
+    res = preprocess(lf_config(tiny_model, data, tmp_path / "o", dataset="cases", cutoff_len=200,
+                               ignore_observation_check="tags"))
     report = res.reports["train"]
     assert report.samples_seen == 6 and report.samples_kept == 1
     assert report.drops == {
@@ -106,9 +107,8 @@ def test_broken_samples_are_dropped_with_reasons(tiny_model, tmp_path):
     assert "truncated_inside_observation" in text and "cutoff_len cuts" in text
     saved = json.loads((tmp_path / "o" / "afm_mask_report_train.json").read_text())
     assert saved["samples_dropped"] == 5
-    # check mode 'observation' ignores problems of other tags
-    res2 = preprocess(lf_config(tiny_model, data, tmp_path / "o2", dataset="cases", cutoff_len=200,
-                                ignore_observation_check="observation"))
+    # the default check mode 'observation' ignores problems of other tags
+    res2 = preprocess(lf_config(tiny_model, data, tmp_path / "o2", dataset="cases", cutoff_len=200))
     assert res2.reports["train"].samples_kept == 3
 
 

@@ -106,7 +106,7 @@ def test_dry_run_defaults(name):
     assert f["report_to"] == "none" and "use_swanlab" not in f
     assert f["ignore_observation"] == "true"
     assert f["ignore_observation_token"] == "observation"
-    assert f["ignore_observation_check"] == "tags"
+    assert f["ignore_observation_check"] == "observation"
     assert f["save_only_model"] == "true"
     if stage == "dpo":
         assert f["pref_beta"] == "0.1" and f["pref_loss"] == "sigmoid"
@@ -152,7 +152,7 @@ def test_help_lists_every_knob():
 def test_env_overrides():
     f, _, _ = dry("sft_qwen2.5_7b.sh", LEARNING_RATE="5e-6", BATCH_SIZE="2", GRADIENT_ACCUMULATION="16",
                   EPOCHS="2", CUTOFF_LEN="8192", MODEL_PATH="/models/q7", OUTPUT_DIR="/runs/x", DATASET="code_agent_sft",
-                  TEMPLATE="qwen3", IGNORE_OBSERVATION_TOKEN="tool_response", IGNORE_OBSERVATION_CHECK="observation",
+                  TEMPLATE="qwen3", IGNORE_OBSERVATION_TOKEN="tool_response", IGNORE_OBSERVATION_CHECK="tags",
                   PACKING="1")
     assert f["learning_rate"] == "5e-6"
     assert f["per_device_train_batch_size"] == "2"
@@ -164,7 +164,7 @@ def test_env_overrides():
     assert f["dataset"] == "code_agent_sft"
     assert f["template"] == "qwen3"
     assert f["ignore_observation_token"] == "tool_response"
-    assert f["ignore_observation_check"] == "observation"
+    assert f["ignore_observation_check"] == "tags"
     assert f["packing"] == "true"
 
 

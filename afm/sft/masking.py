@@ -33,8 +33,18 @@ class MaskResult:
     truncated: bool  # a label run ends inside an observation (cut by cutoff_len)
 
 
+_IGNORES: list[int] = []
+
+
 def _runs(labels: list[int]) -> list[tuple[int, int]]:
     """Contiguous ``[start, end)`` runs of trained labels."""
+    n = len(labels)
+    k = labels.count(IGNORE_INDEX)
+    if len(_IGNORES) < k:
+        _IGNORES.extend([IGNORE_INDEX] * (k - len(_IGNORES)))
+    # Fast path (single-turn SFT, DPO): all ignored labels form one prefix; list compares run in C.
+    if labels[:k] == _IGNORES[:k]:
+        return [(k, n)] if k < n else []
     runs, start = [], None
     for i, lab in enumerate(labels):
         if lab != IGNORE_INDEX:
@@ -44,16 +54,15 @@ def _runs(labels: list[int]) -> list[tuple[int, int]]:
             runs.append((start, i))
             start = None
     if start is not None:
-        runs.append((start, len(labels)))
+        runs.append((start, n))
     return runs
 
 
 def _ends_with_partial_open(blob: bytes, open_tag: bytes) -> bool:
     """True when ``blob`` ends with a cut-off opening tag (``<ob``, ``<observation``): truncation hit the tag."""
-    for k in range(len(open_tag) - 1, 1, -1):
-        if blob.endswith(open_tag[:k]):
-            return True
-    return False
+    tail = blob[-len(open_tag) :]
+    cut = tail.rfind(b"<")
+    return cut >= 0 and len(tail) - cut >= 2 and open_tag.startswith(tail[cut:]) and tail[cut:] != open_tag
 
 
 def mask_observation_labels(labels: list[int], table: TokenBytes, tag: str = "observation") -> MaskResult:
@@ -64,7 +73,7 @@ def mask_observation_labels(labels: list[int], table: TokenBytes, tag: str = "ob
     masked = mixed = n_obs = 0
     truncated = False
     open_tag = f"<{tag}>".encode()
-    lengths = table.lengths_list
+    length_of = table.lengths_list.__getitem__
     for a, b in runs:
         ids = out[a:b]
         blob = table.join(ids)
@@ -73,18 +82,24 @@ def mask_observation_labels(labels: list[int], table: TokenBytes, tag: str = "ob
         spans = find_observations(blob, tag)
         if not spans:
             continue
-        ends = list(accumulate(lengths[i] for i in ids))
-        starts = [e - lengths[i] for e, i in zip(ends, ids, strict=True)]
+        ends = list(accumulate(map(length_of, ids)))
+        last = len(ends) - 1
+
+        def n_starting_before(x: int, ends: list[int] = ends, last: int = last) -> int:
+            # token k starts at ends[k-1] (token 0 at 0): count of tokens whose start is < x
+            return 0 if x <= 0 else 1 + bisect_left(ends, x, 0, last)
+
         prev_end = 0
         for s in spans:
             n_obs += 1
             truncated |= not s.closed
             c0 = bisect_right(ends, s.core_start)  # first token ending after the core starts
-            c1 = bisect_left(starts, s.core_end)  # tokens starting before the core ends
+            c1 = n_starting_before(s.core_end)  # tokens starting before the core ends
             # only the first and last core tokens can reach outside the padded span
             for k in {c0, c1 - 1} if c1 > c0 else ():
-                mixed += starts[k] < s.start or ends[k] > s.end
-            p0 = bisect_left(starts, s.start)  # tokens lying entirely inside the padded span
+                start_k = ends[k - 1] if k else 0
+                mixed += start_k < s.start or ends[k] > s.end
+            p0 = n_starting_before(s.start)  # tokens lying entirely inside the padded span
             p1 = bisect_right(ends, s.end)
             lo, hi = max(min(c0, p0), prev_end), max(c1, p1)
             if hi > lo:

@@ -62,7 +62,7 @@ def _overlay_fingerprint() -> str:
 
 
 OVERLAY_FINGERPRINT = _overlay_fingerprint()
-CHECK_MODES = ("tags", "observation", "none")
+CHECK_MODES = ("observation", "tags", "none")
 
 
 @dataclass
@@ -77,11 +77,12 @@ class AfmDataArguments(DataArguments):
         default="observation",
         metadata={"help": "Name of the tag whose spans are masked (bare name, e.g. `observation`)."},
     )
-    ignore_observation_check: Literal["tags", "observation", "none"] = field(
-        default="tags",
+    ignore_observation_check: Literal["observation", "tags", "none"] = field(
+        default="observation",
         metadata={
-            "help": "Which broken samples to drop before masking: `tags` (any CoA tag unclosed, stray or nested), "
-            "`observation` (only the masked tag), `none`. Truncation inside an observation always drops."
+            "help": "Which broken samples to drop before masking: `observation` (the masked tag is unclosed or "
+            "stray), `tags` (also any other CoA tag unclosed, stray or nested: strict, drops thoughts that quote a "
+            "tag), `none`. Truncation inside an observation always drops."
         },
     )
     afm_overlay_fingerprint: str = field(default=OVERLAY_FINGERPRINT, init=False, repr=False)
@@ -148,12 +149,27 @@ def _registry(tag: str) -> TagRegistry:
     return reg
 
 
+def _nfc_merges_tag(text: str, tag: str) -> bool:
+    """True when NFC (applied by Qwen-style tokenizers) would merge a tag's '>' with the next character.
+
+    Only a combining mark right after '>' can compose with it (U+0338: '>' becomes '≯'), so only those places are
+    checked; the full normalisation runs only when one is found.
+    """
+    for t in (f"<{tag}>", f"</{tag}>"):
+        i = text.find(t)
+        while i >= 0:
+            j = i + len(t)
+            if j < len(text) and unicodedata.combining(text[j]):
+                norm = unicodedata.normalize("NFC", text)
+                return any(norm.count(u) != text.count(u) for u in (f"<{tag}>", f"</{tag}>"))
+            i = text.find(t, j)
+    return False
+
+
 def text_problem(text: str, tag: str, mode: str) -> str | None:
     """The drop reason for a response text before encoding, or None when it is fine."""
-    if not unicodedata.is_normalized("NFC", text):  # Qwen-style tokenizers normalise: '>' + U+0338 becomes '≯'
-        norm = unicodedata.normalize("NFC", text)
-        if any(norm.count(t) != text.count(t) for t in (f"<{tag}>", f"</{tag}>")):
-            return "normalization_breaks_tag"
+    if _nfc_merges_tag(text, tag):
+        return "normalization_breaks_tag"
     if mode == "none":
         return None
     if mode == "tags":

@@ -93,8 +93,7 @@ class TokenBytes:
 
     def join(self, ids: list[int] | np.ndarray) -> bytes:
         """The UTF-8 bytes that ``ids`` decode to."""
-        table = self.table
-        return b"".join([table[i] for i in ids])
+        return b"".join(map(self.table.__getitem__, ids))
 
     def ends(self, ids: list[int] | np.ndarray) -> np.ndarray:
         """Exclusive end byte offset of each token in ``join(ids)``."""

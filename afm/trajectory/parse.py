@@ -75,37 +75,38 @@ def _tag_regex(names: tuple[str, ...]) -> re.Pattern:
     return re.compile(rf"<(/?)({alternatives})>")
 
 
-def _scan(text: str, registry: TagRegistry) -> tuple[list[Segment], list[Problem]]:
+def _scan(text: str, registry: TagRegistry, segments_wanted: bool = True) -> tuple[list[Segment], list[Problem]]:
     names = tuple(registry.names())
     rx = _tag_regex(names)
+    opaque = frozenset(t.name for t in registry if t.opaque)
     segments: list[Segment] = []
     problems: list[Problem] = []
+    add = segments.append if segments_wanted else (lambda _seg: None)
     pos = 0
     n = len(text)
     while pos < n:
         m = rx.search(text, pos)
         if m is None:
-            segments.append(Segment(pos, n, text=text[pos:n]))
+            add(Segment(pos, n, text=text[pos:n]))
             break
         if m.start() > pos:
-            segments.append(Segment(pos, m.start(), text=text[pos : m.start()]))
+            add(Segment(pos, m.start(), text=text[pos : m.start()]))
         closing, name = m.group(1) == "/", m.group(2)
         if closing:
             problems.append(Problem("stray_closing_tag", f"</{name}> has no matching <{name}>", m.start(), name))
-            segments.append(Segment(m.start(), m.end(), text=text[m.start() : m.end()]))
+            add(Segment(m.start(), m.end(), text=text[m.start() : m.end()]))
             pos = m.end()
             continue
         close = f"</{name}>"
         body_start = m.end()
         end_idx = text.find(close, body_start)
         if end_idx < 0:
-            segments.append(Segment(m.start(), n, name, body_start, n, closed=False, text=text[m.start() :]))
+            add(Segment(m.start(), n, name, body_start, n, closed=False, text=text[m.start() :]))
             problems.append(Problem("unclosed_tag", f"<{name}> is never closed", m.start(), name))
             break
         end = end_idx + len(close)
-        seg = Segment(m.start(), end, name, body_start, end_idx, text=text[m.start() : end])
-        segments.append(seg)
-        if not registry.get(name).opaque:
+        add(Segment(m.start(), end, name, body_start, end_idx, text=text[m.start() : end]))
+        if name not in opaque:
             inner = rx.search(text, body_start, end_idx)
             if inner is not None:
                 problems.append(
@@ -236,4 +237,4 @@ def validate(
 
 def pairing_problems(text: str, registry: TagRegistry | None = None) -> list[Problem]:
     """Only the structural problems (stray, unclosed, nested tags) that make spans ambiguous."""
-    return _scan(text, registry or DEFAULT_REGISTRY)[1]
+    return _scan(text, registry or DEFAULT_REGISTRY, segments_wanted=False)[1]
