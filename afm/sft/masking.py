@@ -10,9 +10,8 @@ The result does not depend on how the tokenizer splits ``\\n\\n``, spaces or CRL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from itertools import accumulate
 
 from afm.sft.token_bytes import TokenBytes
