@@ -192,27 +192,33 @@ def _response_texts(response: list[dict[str, Any]]) -> list[str]:
     return [str(m.get("content", "")) for m in response]
 
 
-def _mask_encoded(encoded: tuple, pairwise: bool, table: TokenBytes, tag: str, report: MaskReport) -> tuple | str:
-    """Mask the label lists of one encoded sample. Returns the new tuple, or a drop reason."""
+def _mask_encoded(
+    encoded: tuple, pairwise: bool, table: TokenBytes, tag: str, report: MaskReport
+) -> tuple[tuple, str | None]:
+    """Mask the label lists of one encoded sample: the new tuple, and a drop reason (None to keep it).
+
+    Labels come back masked even when the sample is to be dropped, so no caller can train on an observation.
+    """
     label_slots = (1, 3) if pairwise else (1,)
     out = list(encoded)
     results = []
+    reason = None
     for slot in label_slots:
         res = mask_observation_labels(encoded[slot], table, tag)
-        if res.truncated:
-            return "truncated_inside_observation"
-        if res.target_tokens - res.masked_tokens <= 0:
-            return "no_trained_tokens"
         out[slot] = res.labels
         results.append(res)
-    for res in results:
-        report.tokens_target += res.target_tokens
-        report.tokens_masked += res.masked_tokens
-        report.tokens_mixed += res.mixed_tokens
-        report.observations += res.observations
-    report.tokens_total += sum(len(encoded[slot - 1]) for slot in label_slots)
-    return tuple(out)
-
+        if res.truncated:
+            reason = reason or "truncated_inside_observation"
+        elif res.target_tokens - res.masked_tokens <= 0:
+            reason = reason or "no_trained_tokens"
+    if reason is None:
+        for res in results:
+            report.tokens_target += res.target_tokens
+            report.tokens_masked += res.masked_tokens
+            report.tokens_mixed += res.mixed_tokens
+            report.observations += res.observations
+        report.tokens_total += sum(len(encoded[slot - 1]) for slot in label_slots)
+    return tuple(out), reason
 
 
 def _encode_impl(self: Any, orig_encode: Any, pairwise: bool, args: tuple, kwargs: dict) -> tuple:
@@ -226,8 +232,8 @@ def _encode_impl(self: Any, orig_encode: Any, pairwise: bool, args: tuple, kwarg
     if not getattr(self.data_args, "ignore_observation", False):
         return encoded
     tag = self.data_args.ignore_observation_token
-    masked = _mask_encoded(encoded, pairwise, _table(self.tokenizer), tag, MaskReport())
-    return encoded if isinstance(masked, str) else masked
+    masked, _reason = _mask_encoded(encoded, pairwise, _table(self.tokenizer), tag, MaskReport())
+    return masked  # outside preprocess_dataset nothing can be dropped, but nothing unmasked is returned either
 
 
 def _preprocess_impl(self: Any, examples: dict[str, list[Any]], orig_preprocess: Any, orig_encode: Any,
@@ -256,10 +262,8 @@ def _preprocess_impl(self: Any, examples: dict[str, list[Any]], orig_preprocess:
                 tools=examples["_tools"][i], images=examples["_images"][i] or [],
                 videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
             )
-            masked = _mask_encoded(encoded, pairwise, table, tag, report)
-            if isinstance(masked, str):
-                reason = masked
-            else:
+            masked, reason = _mask_encoded(encoded, pairwise, table, tag, report)
+            if reason is None:
                 replay[id(prompt)] = masked
         if reason is not None:
             report.drop(reason, example_id(prompt, response))
