@@ -425,8 +425,3 @@ def apply() -> None:
     _wrap_processor(pair, pairwise=True, encode_owner=pair)
     _patch_loader()
     lf_launcher.__file__ = afm_launcher.__file__
-
-
-def is_applied() -> bool:
-    """True when :func:`apply` has run in this process."""
-    return AfmDataArguments in lf_parser._TRAIN_ARGS and getattr(lf_loader, "_afm_patched", False)

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+from itertools import accumulate
 from typing import Any
-
-import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +76,6 @@ class TokenBytes:
                 table.append(tokenizer.decode([i], skip_special_tokens=False).encode("utf-8"))
         self.table = table
         self.lengths_list = [len(b) for b in table]
-        self.lengths = np.asarray(self.lengths_list, dtype=np.int64)
         self._check(tokenizer)
 
     def _check(self, tokenizer: Any) -> None:
@@ -91,10 +89,10 @@ class TokenBytes:
                 f"bytes, so observation masks cannot be placed on token boundaries: {got[:80]!r} != {want[:80]!r}"
             )
 
-    def join(self, ids: list[int] | np.ndarray) -> bytes:
+    def join(self, ids: list[int]) -> bytes:
         """The UTF-8 bytes that ``ids`` decode to."""
         return b"".join(map(self.table.__getitem__, ids))
 
-    def ends(self, ids: list[int] | np.ndarray) -> np.ndarray:
+    def ends(self, ids: list[int]) -> list[int]:
         """Exclusive end byte offset of each token in ``join(ids)``."""
-        return np.cumsum(self.lengths[np.asarray(ids, dtype=np.int64)])
+        return list(accumulate(map(self.lengths_list.__getitem__, ids)))

@@ -22,7 +22,7 @@ from afm.trajectory.parse import (
     tool_calls,
     validate,
 )
-from afm.trajectory.spans import ObservationSpan, find_observations, masked_char_mask, observation_spans
+from afm.trajectory.spans import ObservationSpan, find_observations, observation_spans
 from afm.trajectory.tags import (
     DEFAULT_REGISTRY,
     Tag,
@@ -49,7 +49,6 @@ __all__ = [
     "format_observation",
     "last_answer",
     "last_tool_call",
-    "masked_char_mask",
     "observation_spans",
     "pairing_problems",
     "parse",

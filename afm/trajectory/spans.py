@@ -76,12 +76,3 @@ def find_observations(text: AnyStr, tag: str = "observation") -> list[Observatio
 def observation_spans(text: str, tag: str = "observation") -> list[tuple[int, int]]:
     """``[(start, end), ...]`` character spans of every observation, padding whitespace included."""
     return [(s.start, s.end) for s in find_observations(text, tag)]
-
-
-def masked_char_mask(text: str, tag: str = "observation") -> list[bool]:
-    """Per character: True where the character belongs to an observation span (core or padding)."""
-    mask = [False] * len(text)
-    for s in find_observations(text, tag):
-        for i in range(s.start, s.end):
-            mask[i] = True
-    return mask
