@@ -8,7 +8,7 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
    are wrapped: each sample is checked, encoded by LLaMA-Factory's own code, its labels masked on observation
    spans (:mod:`afm.sft.masking`), and broken or truncated samples are removed before LLaMA-Factory builds (and
    packs) its rows. Counts go to :mod:`afm.sft.stats`.
-3. ``loader._get_dataset_processor`` refuses stages that would silently ignore the flag, and
+3. ``parser._parse_train_args`` refuses stages that would silently ignore the flag, and
    ``loader._get_preprocessed_dataset`` prints and saves the mask report after each dataset.
 4. ``llamafactory.launcher.__file__`` points at :mod:`afm.sft.launcher`, so torchrun workers re-execute our
    entry point (with the patches) instead of LLaMA-Factory's.
@@ -309,23 +309,13 @@ def _wrap_processor(cls: type, pairwise: bool, encode_owner: type) -> None:
 # loader hooks
 
 
-_SUPPORTED_STAGES = {"sft": "sft", "rm": "dpo/rm"}
 LAST_REPORTS: dict[str, MaskReport] = {}  # split -> report of the last preprocessing in this process
 
 
 def _patch_loader() -> None:
     if getattr(lf_loader, "_afm_patched", False):
         return
-    orig_get_processor = lf_loader._get_dataset_processor
     orig_get_preprocessed = lf_loader._get_preprocessed_dataset
-
-    def _get_dataset_processor(data_args, stage, template, tokenizer, processor, do_generate=False):
-        if getattr(data_args, "ignore_observation", False) and stage not in _SUPPORTED_STAGES and not do_generate:
-            raise ValueError(
-                f"ignore_observation is implemented for stage sft, dpo and rm; stage {stage!r} would still train on "
-                "observations. Remove ignore_observation or use one of those stages."
-            )
-        return orig_get_processor(data_args, stage, template, tokenizer, processor, do_generate)
 
     def _get_preprocessed_dataset(dataset, data_args, training_args, stage, template, tokenizer, processor=None,
                                   is_eval=False):
@@ -357,7 +347,6 @@ def _patch_loader() -> None:
             (out / f"afm_mask_report_{split}.json").write_text(json.dumps(report.to_dict(), indent=2))
         return result
 
-    lf_loader._get_dataset_processor = _get_dataset_processor
     lf_loader._get_preprocessed_dataset = _get_preprocessed_dataset
     lf_loader._afm_patched = True
 
