@@ -44,9 +44,9 @@ if [[ -n "${HF_TOKEN:-}" ]]; then export HF_TOKEN; fi
 # use an address the other nodes can reach (and the servers' bearer token).
 export SERVER_HOST="${SERVER_HOST:-127.0.0.1}"
 # Search server: POST /search {q, num}.
-export WEBSEARCH_PORT="${WEBSEARCH_PORT:-9000}"
+export WEBSEARCH_PORT="${WEBSEARCH_PORT:-9001}"
 # Crawl server: POST /crawl_page {urls, task, web_search_query, think_content, summary_type}.
-export CRAWL_PAGE_PORT="${CRAWL_PAGE_PORT:-9001}"
+export CRAWL_PAGE_PORT="${CRAWL_PAGE_PORT:-9000}"
 # Wiki RAG server: POST /retrieve {queries, topk, return_scores}.
 export WIKI_RAG_PORT="${WIKI_RAG_PORT:-8000}"
 export WIKI_RAG_SERVER_URL="${WIKI_RAG_SERVER_URL:-http://$SERVER_HOST:$WIKI_RAG_PORT/retrieve}"

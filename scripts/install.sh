@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install afm and the extras it needs into a virtual environment (default .venv), idempotently.
 #
-#   bash scripts/install.sh              # extras: sft,dev  (what the quickstart and tests need)
-#   AFM_EXTRAS=sft,servers,eval,dev bash scripts/install.sh
+#   bash scripts/install.sh              # extras: sft,servers,eval,sandbox,dense,dev (quickstart + tests)
+#   AFM_EXTRAS=sft,dev bash scripts/install.sh
 #   AFM_VENV=none bash scripts/install.sh   # install into the active python (conda users)
 #
 # On machines without a GPU, torch==2.13.0 (CPU build) is installed first, so that no multi-GB CUDA build is
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 AFM_VENV="${AFM_VENV:-.venv}"
-AFM_EXTRAS="${AFM_EXTRAS:-sft,dev}"
+AFM_EXTRAS="${AFM_EXTRAS:-sft,servers,eval,sandbox,dense,dev}"
 PYTHON="${PYTHON:-python3}"
 CPU_TORCH="${AFM_CPU_TORCH:-torch==2.13.0}"
 

@@ -423,7 +423,7 @@ def test_environment_defaults_and_no_secrets():
         if name.endswith(("_KEY", "_TOKEN")):
             assert value in ("", "<unset>"), name
     assert values["SERVER_HOST"] == "127.0.0.1"
-    assert (values["WEBSEARCH_PORT"], values["CRAWL_PAGE_PORT"], values["WIKI_RAG_PORT"]) == ("9000", "9001", "8000")
+    assert (values["WEBSEARCH_PORT"], values["CRAWL_PAGE_PORT"], values["WIKI_RAG_PORT"]) == ("9001", "9000", "8000")
     assert values["HF_HOME"] == "/home/u/.cache/huggingface"
 
 

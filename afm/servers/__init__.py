@@ -1,0 +1,1 @@
+"""Standalone FastAPI tool servers (search, crawl, wiki retrieval), reached by afm.tools over HTTP."""

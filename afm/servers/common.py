@@ -1,0 +1,123 @@
+"""Pieces every afm tool server shares: the app factory (health, auth, JSON errors), latency metrics, CLI/launch.
+
+Conventions: bind 127.0.0.1 unless told otherwise; an optional bearer token (``--token`` or ``AFM_SERVER_TOKEN``)
+protects every route but ``/health``; errors are JSON ``{"error": ..., "detail": ...}`` with a 4xx/5xx status;
+secrets are never logged (``redact``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+TOKEN_ENV = "AFM_SERVER_TOKEN"
+
+
+def redact(secret: str | None) -> str:
+    """How a secret may appear in logs: whether it is set, never its value."""
+    return "<set>" if secret else "<unset>"
+
+
+class LatencyMetrics:
+    """Thread-safe counters plus a window of recent latencies for percentiles (per worker process)."""
+
+    def __init__(self, window: int = 10_000) -> None:
+        self._lock = threading.Lock()
+        self._latencies: deque[float] = deque(maxlen=window)
+        self.counters: dict[str, int] = {}
+        self.started = time.time()
+
+    def inc(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0) + by
+
+    def observe(self, seconds: float) -> None:
+        with self._lock:
+            self._latencies.append(seconds)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters, latency percentiles in ms over the window, uptime and pid."""
+        with self._lock:
+            lat = sorted(self._latencies)
+            counters = dict(self.counters)
+        out: dict[str, Any] = dict(counters)
+        out["latency_ms"] = {f"p{q}": round(percentile(lat, q) * 1000, 3) for q in (50, 90, 99)} if lat else {}
+        out["latency_window"] = len(lat)
+        out["uptime_s"] = round(time.time() - self.started, 3)
+        out["pid"] = os.getpid()
+        return out
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted values (0 for an empty list)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def create_app(title: str, *, token: str | None = None, version: str = "1", description: str = "") -> FastAPI:
+    """A FastAPI app with ``GET /health``, optional bearer auth and JSON error bodies for every failure."""
+    token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    app = FastAPI(title=title, version=version, description=description)
+    app.state.token = token
+
+    @app.middleware("http")
+    async def _auth(request: Request, call_next: Callable[..., Any]) -> Any:
+        expected = request.app.state.token
+        if expected and request.url.path not in ("/health", "/docs", "/openapi.json"):
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
+                return JSONResponse({"error": "unauthorized", "detail": "missing or wrong bearer token"}, 401)
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        return JSONResponse({"error": "invalid request", "detail": errors}, 422)
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": "internal error", "detail": f"{type(exc).__name__}: {exc}"}, 500)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "service": title, "pid": os.getpid(), "time": time.time()}
+
+    return app
+
+
+def server_arg_parser(description: str, default_port: int) -> argparse.ArgumentParser:
+    """Common CLI flags: --host (127.0.0.1), --port, --workers, --token, --log-level."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--host", default=os.environ.get("AFM_SERVER_BIND", "127.0.0.1"),
+                   help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the server to the network)")
+    p.add_argument("--port", type=int, default=default_port)
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    p.add_argument("--token", default=None, help=f"bearer token required by every route but /health "
+                                                 f"(default: ${TOKEN_ENV}; empty = no auth)")
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def serve(app_factory: str, args: argparse.Namespace, env: dict[str, str] | None = None) -> None:
+    """Run ``module:factory`` under uvicorn; settings reach worker processes through environment variables."""
+    import uvicorn
+
+    for key, value in (env or {}).items():
+        os.environ[key] = value
+    if args.token:
+        os.environ[TOKEN_ENV] = args.token
+    uvicorn.run(app_factory, factory=True, host=args.host, port=args.port, workers=args.workers,
+                log_level=args.log_level, access_log=False)

@@ -1,0 +1,209 @@
+"""A scriptable OpenAI-compatible server for tests and benchmarks (judge, summary LLM, teacher models).
+
+It is a real HTTP server (``python -m afm.testing.openai_standin --port N``) serving ``/v1/chat/completions``,
+``/v1/completions`` and ``/v1/models``. Replies come from, in order:
+
+1. the **queue** (``POST /_control/queue {"replies": [spec, ...]}``), consumed one reply per request;
+2. **rules** (``POST /_control/rules {"rules": [spec, ...]}``): the first whose ``match`` regex is found in the
+   request's text (all message contents, or the prompt) answers; ``times`` limits how often a rule applies;
+3. the default reply (``--default-reply``; ``"{echo}"`` echoes the last user message).
+
+A reply spec is ``{"content": str, "status": int, "delay": float, "raw": str, "finish_reason": str}``:
+``status`` >= 400 answers with an OpenAI-style error body, ``raw`` sends that text verbatim as the body (malformed
+JSON on demand), ``delay`` sleeps before answering (timeouts). Every request is recorded (``GET /_control/requests``)
+with its JSON body, so tests can assert on the prompts the client sent. ``POST /_control/reset`` clears everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import time
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from afm.testing.procs import ServerProcess, free_port
+
+
+def create_app(default_reply: str = "{echo}", model: str = "standin") -> Any:
+    """The stand-in FastAPI app (one process; state lives in the app)."""
+    app = FastAPI(title="afm OpenAI-compatible stand-in")
+    state: dict[str, Any] = {"queue": [], "rules": [], "requests": [], "default": default_reply, "count": 0}
+
+    def request_text(body: dict[str, Any]) -> str:
+        if "messages" in body:
+            parts = []
+            for m in body.get("messages") or []:
+                c = m.get("content")
+                parts.append(c if isinstance(c, str) else str(c))
+            return "\n".join(parts)
+        prompt = body.get("prompt", "")
+        return prompt if isinstance(prompt, str) else str(prompt)
+
+    def last_user(body: dict[str, Any]) -> str:
+        for m in reversed(body.get("messages") or []):
+            if m.get("role") == "user":
+                return m.get("content") if isinstance(m.get("content"), str) else str(m.get("content"))
+        return request_text(body)
+
+    def pick(body: dict[str, Any]) -> dict[str, Any]:
+        if state["queue"]:
+            return state["queue"].pop(0)
+        text = request_text(body)
+        for rule in state["rules"]:
+            if rule.get("times", -1) == 0:
+                continue
+            if re.search(rule.get("match", ""), text, re.DOTALL):
+                if rule.get("times", -1) > 0:
+                    rule["times"] -= 1
+                return rule
+        return {"content": state["default"]}
+
+    async def answer(request: Request, kind: str) -> Response:
+        try:
+            body = await request.json()
+        except Exception:
+            return JSONResponse({"error": {"message": "invalid JSON body", "type": "invalid_request_error"}}, 400)
+        state["count"] += 1
+        state["requests"].append({"path": request.url.path, "body": body, "time": time.time()})
+        spec = pick(body)
+        if spec.get("delay"):
+            await asyncio.sleep(float(spec["delay"]))
+        if "raw" in spec:
+            return Response(spec["raw"], status_code=int(spec.get("status", 200)), media_type="application/json")
+        status = int(spec.get("status", 200))
+        if status >= 400:
+            return JSONResponse({"error": {"message": spec.get("content", "stand-in failure"),
+                                           "type": "server_error", "code": status}}, status)
+        content = spec.get("content", "")
+        content = content.replace("{echo}", last_user(body))
+        n = int(body.get("n") or 1)
+        finish = spec.get("finish_reason", "stop")
+        created = int(time.time())
+        usage = {"prompt_tokens": len(request_text(body).split()), "completion_tokens": len(content.split())}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if kind == "chat":
+            choices = [{"index": i, "message": {"role": "assistant", "content": content},
+                        "finish_reason": finish} for i in range(n)]
+            obj = "chat.completion"
+        else:
+            choices = [{"index": i, "text": content, "finish_reason": finish} for i in range(n)]
+            obj = "text_completion"
+        return JSONResponse({"id": f"standin-{state['count']}", "object": obj, "created": created,
+                             "model": body.get("model", model), "choices": choices, "usage": usage})
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await answer(request, "chat")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await answer(request, "text")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "afm"}]}
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "requests": state["count"]}
+
+    @app.post("/_control/queue")
+    async def queue(payload: dict[str, Any]) -> dict[str, Any]:
+        state["queue"].extend(payload.get("replies", []))
+        return {"queued": len(state["queue"])}
+
+    @app.post("/_control/rules")
+    async def rules(payload: dict[str, Any]) -> dict[str, Any]:
+        state["rules"] = list(payload.get("rules", []))
+        return {"rules": len(state["rules"])}
+
+    @app.post("/_control/default")
+    async def default(payload: dict[str, Any]) -> dict[str, Any]:
+        state["default"] = payload.get("content", "")
+        return {"default": state["default"]}
+
+    @app.get("/_control/requests")
+    async def requests() -> dict[str, Any]:
+        return {"requests": state["requests"], "count": state["count"]}
+
+    @app.post("/_control/reset")
+    async def reset() -> dict[str, Any]:
+        state.update(queue=[], rules=[], requests=[], count=0, default=default_reply)
+        return {"reset": True}
+
+    return app
+
+
+class StandIn:
+    """Client and process handle for a running stand-in; ``with StandIn() as llm: llm.base_url ...``."""
+
+    def __init__(self, port: int | None = None, default_reply: str = "{echo}", model: str = "standin") -> None:
+        self.port = port or free_port()
+        self.model = model
+        self.server = ServerProcess(["-m", "afm.testing.openai_standin", "--port", str(self.port),
+                                     "--default-reply", default_reply, "--model", model], self.port)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (ends with ``/v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        r = httpx.post(f"http://127.0.0.1:{self.port}{path}", json=payload, timeout=10)
+        r.raise_for_status()
+        return r.json()
+
+    def queue(self, *replies: str | dict[str, Any]) -> None:
+        """Queue replies (strings are contents) answered in order before any rule."""
+        self._post("/_control/queue", {"replies": [{"content": r} if isinstance(r, str) else r for r in replies]})
+
+    def rules(self, *rules: dict[str, Any]) -> None:
+        """Replace the rule list (see the module docstring for the spec)."""
+        self._post("/_control/rules", {"rules": list(rules)})
+
+    def set_default(self, content: str) -> None:
+        self._post("/_control/default", {"content": content})
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request received since the last reset, oldest first."""
+        r = httpx.get(f"http://127.0.0.1:{self.port}/_control/requests", timeout=10)
+        r.raise_for_status()
+        return r.json()["requests"]
+
+    def reset(self) -> None:
+        self._post("/_control/reset", {})
+
+    def start(self) -> StandIn:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> StandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8800)
+    p.add_argument("--default-reply", default="{echo}")
+    p.add_argument("--model", default="standin")
+    args = p.parse_args(argv)
+    uvicorn.run(create_app(args.default_reply, args.model), host=args.host, port=args.port,
+                log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Tool registry: tag name -> class, and building tools from YAML configs.
+
+Classes are referenced by ``module:Class`` strings and imported on first use, so that importing the registry
+does not import httpx or the sandbox, and so that users can register their own tools from a config file.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from afm.tools.base import Tool
+
+TOOL_CLASSES: dict[str, str] = {
+    "web_search": "afm.tools.web_search:WebSearchTool",
+    "crawl_page": "afm.tools.crawl_page:CrawlPageTool",
+    "wiki_search": "afm.tools.wiki_search:WikiSearchTool",
+    "code": "afm.tools.code:CodeTool",
+}
+
+
+def register_tool(name: str, target: str | type[Tool]) -> None:
+    """Register a tool class (or its ``module:Class`` path) under a tag name, replacing any previous one."""
+    if isinstance(target, type):
+        target = f"{target.__module__}:{target.__qualname__}"
+    TOOL_CLASSES[name] = target
+
+
+def tool_class(target: str) -> type[Tool]:
+    """Resolve a registered name or a ``module:Class`` path to the tool class."""
+    path = TOOL_CLASSES.get(target, target)
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        raise KeyError(f"unknown tool {target!r}; registered: {sorted(TOOL_CLASSES)} (or give 'module:Class')")
+    cls = getattr(importlib.import_module(module_name), attr)
+    if not (isinstance(cls, type) and issubclass(cls, Tool)):
+        raise TypeError(f"{path} is not a subclass of afm.tools.base.Tool")
+    return cls
+
+
+def build_tool(name: str, config: Mapping[str, Any] | None = None, class_name: str | None = None) -> Tool:
+    """Instantiate one tool; ``class_name`` overrides the registered class for ``name``."""
+    cls = tool_class(class_name or name)
+    tool = cls(config)
+    if getattr(cls, "name", None) != name:
+        # A class registered under another tag (e.g. two search backends) answers to the configured name.
+        tool.name = name  # type: ignore[misc]
+    return tool
+
+
+def load_tools_config(source: str | Path | Mapping[str, Any] | list[Any]) -> dict[str, Tool]:
+    """Build tools from a YAML file or its parsed content.
+
+    Accepted shapes: ``{tools: [{name, class_name?, config?}, ...]}`` (ours), a bare list of those, or verl's
+    ``{tools: [{class_name, config, tool_schema: {function: {name}}}]}``.
+    """
+    data: Any = source
+    if isinstance(source, (str, Path)):
+        data = yaml.safe_load(Path(source).read_text())
+    entries = data.get("tools", []) if isinstance(data, Mapping) else data
+    tools: dict[str, Tool] = {}
+    for entry in entries or []:
+        name = entry.get("name") or (entry.get("tool_schema") or {}).get("function", {}).get("name")
+        if not name:
+            raise ValueError(f"tool entry without a name: {entry!r}")
+        tools[name] = build_tool(name, entry.get("config") or {}, entry.get("class_name"))
+    return tools
