@@ -168,7 +168,7 @@ class NsjailBackend(Backend):
             cmd += ["--cgroup_mem_max", str((lim.memory_mb + 128) * MIB),
                     "--cgroup_pids_max", str(lim.processes + 2),
                     "--cgroup_mem_parent", CGROUP_PARENT, "--cgroup_pids_parent", CGROUP_PARENT]
-        return cmd + ["--", *spec.runner_args()]
+        return [*cmd, "--", *spec.runner_args()]
 
     def describe(self) -> dict[str, object]:
         return {"backend": self.name, "path": self.path, "cgroups": self.cgroups, "seccomp": self.seccomp}

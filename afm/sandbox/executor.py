@@ -11,6 +11,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from afm.sandbox.backends import UIDS, Backend, LaunchSpec
@@ -60,7 +61,7 @@ class WorkRoot:
         os.makedirs(self.path, exist_ok=True)
         os.chmod(self.path, 0o711)  # jails may traverse it, nobody may list it
         src = os.path.join(os.path.dirname(__file__), "jail_runner.py")
-        data = open(src, "rb").read()
+        data = Path(src).read_bytes()
         self.runner = os.path.join(self.path, f"jail_runner-{abs(hash(data)) & 0xFFFFFFFF:08x}.py")
         if not os.path.exists(self.runner):
             tmp = self.runner + f".{os.getpid()}.tmp"
@@ -117,7 +118,7 @@ def run_once(backend: Backend, runtime: JailRuntime, work: WorkRoot, code: str |
                           host_timeout=host_timeout, limits=limits, cgroups=bool(getattr(backend, "cgroups", False)))
         stderr = decode(err)
         if status == "sandbox_error":
-            log = open(log_path, errors="replace").read() if os.path.exists(log_path) else ""
+            log = Path(log_path).read_text(errors="replace") if os.path.exists(log_path) else ""
             stderr = (f"sandbox failure ({backend.name} exit {returncode}): " + log.strip()[-2000:] + "\n"
                       + stderr).strip()
         report = report or {}

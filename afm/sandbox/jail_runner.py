@@ -13,6 +13,7 @@ ignores signals it has no handler for, which would change the semantics of user 
 SIGTERM)`` would do nothing). The runner stays PID 1 and reaps; the program runs as an ordinary process.
 """
 
+import contextlib
 import json
 import os
 import resource
@@ -41,7 +42,7 @@ def _set_limits(limits):
     ]
     for which, value in pairs:
         try:
-            soft, hard = resource.getrlimit(which)
+            _soft, hard = resource.getrlimit(which)
             new_hard = value[1] if hard == resource.RLIM_INFINITY else min(value[1], hard)
             resource.setrlimit(which, (min(value[0], new_hard), new_hard))
         except (ValueError, OSError):
@@ -93,10 +94,8 @@ def _exit_status(exc):
         return 0
     if isinstance(exc.code, int):
         return exc.code & 0xFF
-    try:
+    with contextlib.suppress(Exception):
         print(exc.code, file=sys.stderr)
-    except Exception:
-        pass
     return 1
 
 
@@ -110,24 +109,18 @@ def _finish(status):
         threading._shutdown()  # joins non-daemon threads like normal interpreter exit
     except BaseException:
         pass
-    try:
+    with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
-    except BaseException:
-        pass
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BaseException):
             stream.flush()
-        except BaseException:
-            pass
     os._exit(status)
 
 
 def _kill_others():
     """Kill every other process in the jail (from PID 1 this reaches all of them), then reap."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(-1, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         try:
@@ -157,10 +150,8 @@ def _scrub():
                 if os.path.isdir(path) and not os.path.islink(path):
                     for dirpath, dirnames, _ in os.walk(path):
                         for d in dirnames:  # a program may leave directories without permissions
-                            try:
+                            with contextlib.suppress(OSError):
                                 os.chmod(os.path.join(dirpath, d), 0o700)
-                            except OSError:
-                                pass
                     os.chmod(path, 0o700)
                     shutil.rmtree(path, ignore_errors=True)
                 else:

@@ -8,6 +8,7 @@ execution at a time, are restarted when they die or misbehave, and are recycled 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -17,6 +18,7 @@ import struct
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from afm.sandbox.backends import UIDS, Backend, LaunchSpec
@@ -55,10 +57,8 @@ class PoolWorker:
 
     def stop(self) -> None:
         if self.proc is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             self.proc.wait()
             for stream in (self.proc.stdin, self.proc.stdout):
                 if stream is not None:
@@ -138,7 +138,7 @@ class Pool:
         for t in threads:
             t.join()
         if errors:
-            log = open(self.workers[0].log_path, errors="replace").read()[-2000:]
+            log = Path(self.workers[0].log_path).read_text(errors="replace")[-2000:]
             self.close()
             raise RuntimeError(f"sandbox pool failed to start: {errors[0]}\n{log}")
         for w in self.workers:
