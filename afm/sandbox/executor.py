@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -140,10 +141,9 @@ def run_once(backend: Backend, runtime: JailRuntime, work: WorkRoot, code: str |
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the jail launcher dies; PDEATHSIG takes the jail with it
-    except (ProcessLookupError, PermissionError):
-        pass
+    # The jail launcher dies; PDEATHSIG takes the jail with it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _collect(proc: subprocess.Popen, limits: Limits, deadline: float) -> tuple[bytes, bytes, bool, bool]:

@@ -105,10 +105,8 @@ def _finish(status):
     import atexit
     import threading
 
-    try:
+    with contextlib.suppress(BaseException):
         threading._shutdown()  # joins non-daemon threads like normal interpreter exit
-    except BaseException:
-        pass
     with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
