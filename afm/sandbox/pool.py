@@ -147,10 +147,9 @@ class Pool:
     def run(self, code: bytes, stdin: bytes, limits: Limits) -> ExecResult:
         if self._closed:
             raise RuntimeError("sandbox pool is closed")
-        for name in ("memory_mb", "processes", "file_size_mb", "open_files", "tmpfs_mb"):
-            if getattr(limits, name) > getattr(self.limits, name):
-                raise ValueError(f"{name}={getattr(limits, name)} exceeds the pool's limit "
-                                 f"{getattr(self.limits, name)}; create the pool with larger limits")
+        # The jail's own limits were fixed when the worker started: a request may only tighten them.
+        limits = limits.with_(**{name: min(getattr(limits, name), getattr(self.limits, name))
+                                 for name in ("memory_mb", "processes", "file_size_mb", "open_files", "tmpfs_mb")})
         t0 = time.monotonic()
         worker = self.idle.get()
         try:
