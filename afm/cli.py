@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         from afm.sandbox.cli import main as sandbox_main
 
         return sandbox_main(argv[1:])
+    if argv[:1] == ["infer"]:
+        from afm.agent.infer import main as infer_main
+
+        return infer_main(argv[1:])
     parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quickstart", help="tiny model + demo data + masked SFT and DPO, offline on CPU")
@@ -75,9 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--no-answer", action="store_true", help="do not require a final <answer>")
     d = sub.add_parser("doctor", help="environment report")
     d.add_argument("--fix", action="store_true")
-    s = sub.add_parser("sandbox", help="check the code sandbox on this machine, or run a file in it",
-                       add_help=False)
-    s.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("sandbox", help="check the code sandbox on this machine, or run a file in it (afm sandbox -h)")
+    sub.add_parser("infer", help="run CoA trajectories for a question file (afm infer -h)")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
         from afm.quickstart import run

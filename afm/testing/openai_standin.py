@@ -29,9 +29,20 @@ from fastapi.responses import JSONResponse, Response
 from afm.testing.procs import ServerProcess, free_port
 
 
-def create_app(default_reply: str = "{echo}", model: str = "standin") -> Any:
-    """The stand-in FastAPI app (one process; state lives in the app)."""
+def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_path: str | None = None) -> Any:
+    """The stand-in FastAPI app (one process; state lives in the app).
+
+    With ``tokenizer_path``, ``/v1/completions`` behaves like vLLM for token-level clients: the prompt may be a
+    list of token ids, the reply is cut after the first requested stop string (kept, ``stop_reason`` set) or ends
+    with the end-of-sequence token (``stop_reason`` null), ``max_tokens`` truncates it (``finish_reason``
+    ``length``), and ``token_ids`` are returned unless the request or the reply spec says ``no_token_ids``.
+    """
     app = FastAPI(title="afm OpenAI-compatible stand-in")
+    tok = None
+    if tokenizer_path:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer_path)
     state: dict[str, Any] = {"queue": [], "rules": [], "requests": [], "default": default_reply, "count": 0}
 
     def request_text(body: dict[str, Any]) -> str:
@@ -63,6 +74,32 @@ def create_app(default_reply: str = "{echo}", model: str = "standin") -> Any:
                 return rule
         return {"content": state["default"]}
 
+    def token_choice(body: dict[str, Any], spec: dict[str, Any], content: str, index: int) -> dict[str, Any]:
+        assert tok is not None
+        stops = body.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else stops
+        hits = [(content.find(s) + len(s), s) for s in stops if s in content]
+        stop_reason: str | None = None
+        eos = False
+        if hits:
+            end, stop_reason = min(hits)
+            content = content[:end]
+        elif spec.get("finish_reason", "stop") == "stop":
+            eos = True
+        ids = tok.encode(content, add_special_tokens=False)
+        if eos:
+            ids.append(tok.convert_tokens_to_ids("<|im_end|>"))
+        finish = "stop"
+        max_tokens = body.get("max_tokens")
+        if spec.get("finish_reason") == "length" or (max_tokens is not None and len(ids) > int(max_tokens)):
+            ids = ids[: int(max_tokens)] if max_tokens is not None else ids
+            finish, stop_reason = "length", None
+        text = tok.decode(ids, skip_special_tokens=True)
+        choice: dict[str, Any] = {"index": index, "text": text, "finish_reason": finish, "stop_reason": stop_reason}
+        if body.get("return_token_ids") and not spec.get("no_token_ids"):
+            choice["token_ids"] = ids
+        return choice
+
     async def answer(request: Request, kind: str) -> Response:
         try:
             body = await request.json()
@@ -90,6 +127,9 @@ def create_app(default_reply: str = "{echo}", model: str = "standin") -> Any:
             choices = [{"index": i, "message": {"role": "assistant", "content": content},
                         "finish_reason": finish} for i in range(n)]
             obj = "chat.completion"
+        elif tok is not None:
+            choices = [token_choice(body, spec, content, i) for i in range(n)]
+            obj = "text_completion"
         else:
             choices = [{"index": i, "text": content, "finish_reason": finish} for i in range(n)]
             obj = "text_completion"
@@ -142,11 +182,15 @@ def create_app(default_reply: str = "{echo}", model: str = "standin") -> Any:
 class StandIn:
     """Client and process handle for a running stand-in; ``with StandIn() as llm: llm.base_url ...``."""
 
-    def __init__(self, port: int | None = None, default_reply: str = "{echo}", model: str = "standin") -> None:
+    def __init__(self, port: int | None = None, default_reply: str = "{echo}", model: str = "standin",
+                 tokenizer: str | None = None) -> None:
         self.port = port or free_port()
         self.model = model
-        self.server = ServerProcess(["-m", "afm.testing.openai_standin", "--port", str(self.port),
-                                     "--default-reply", default_reply, "--model", model], self.port)
+        argv = ["-m", "afm.testing.openai_standin", "--port", str(self.port), "--default-reply", default_reply,
+                "--model", model]
+        if tokenizer:
+            argv += ["--tokenizer", str(tokenizer)]
+        self.server = ServerProcess(argv, self.port)
 
     @property
     def base_url(self) -> str:
@@ -200,8 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=8800)
     p.add_argument("--default-reply", default="{echo}")
     p.add_argument("--model", default="standin")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder: answer completions with token ids")
     args = p.parse_args(argv)
-    uvicorn.run(create_app(args.default_reply, args.model), host=args.host, port=args.port,
+    uvicorn.run(create_app(args.default_reply, args.model, args.tokenizer), host=args.host, port=args.port,
                 log_level="warning", access_log=False)
 
 

@@ -1,0 +1,165 @@
+"""``afm infer``: questions (JSON/JSONL/parquet) -> CoA trajectories (JSONL), n samples each, resumable.
+
+    afm infer --input questions.jsonl --output runs/infer/traj.jsonl --backend openai \\
+        --base-url http://127.0.0.1:10000/v1 --model AFM-WebAgent --tokenizer /path/to/model \\
+        --prompt web_agent --n 4 --temperature 1.0 --top-p 0.9 --top-k 20
+
+The backend is an OpenAI-compatible completions server (vLLM/SGLang; token ids in and out) or, with
+``--backend hf``, the model loaded in this process. Tools come from ``--tools-config`` (YAML, see
+``configs/tools/``) or are built with their defaults for the prompt's tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from afm.agent.backend import ModelBackend, SamplingParams
+from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
+from afm.agent.runner import JsonlStore, RolloutTask, format_summary, run_tasks, summarize
+from afm.agent.tokens import TokenizerAdapter
+from afm.tools import Tool, build_tool, load_tools_config
+
+
+def read_questions(path: str | Path, q_key: str = "question", id_key: str | None = "id") -> list[dict[str, Any]]:
+    """Rows of a JSON list, JSONL or parquet file; each gets ``_id`` (``id_key`` or the row index)."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        import pandas as pd
+
+        rows = pd.read_parquet(p).to_dict(orient="records")
+    elif p.suffix == ".jsonl":
+        rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        rows = data if isinstance(data, list) else data.get("data", [])
+    out = []
+    for i, row in enumerate(rows):
+        if q_key not in row:
+            raise ValueError(f"{path}: row {i} has no {q_key!r} field (fields: {sorted(row)[:10]}); use --q-key")
+        row = dict(row)
+        row["_id"] = str(row[id_key]) if id_key and row.get(id_key) is not None else str(i)
+        out.append(row)
+    return out
+
+
+def build_backend(args: argparse.Namespace) -> tuple[ModelBackend, TokenizerAdapter]:
+    if args.backend == "hf":
+        from afm.agent.hf_backend import HFBackend
+
+        hf = HFBackend.from_pretrained(args.model, max_batch=args.batch_size, seed=args.seed or 0)
+        return hf, hf.tok
+    from afm.agent.openai_backend import OpenAIBackend
+
+    tok = TokenizerAdapter.from_pretrained(args.tokenizer or args.model)
+    return OpenAIBackend(args.base_url, args.model, tok, api_key=args.api_key, concurrency=args.concurrency,
+                         timeout_s=args.request_timeout), tok
+
+
+def build_tools(names: tuple[str, ...], config_path: str | None) -> dict[str, Tool]:
+    tools = load_tools_config(config_path) if config_path else {}
+    for name in names:
+        if name not in tools:
+            tools[name] = build_tool(name)
+    return {n: tools[n] for n in names}
+
+
+async def infer(args: argparse.Namespace) -> dict[str, Any]:
+    from afm.prompts import build_messages, get_prompt
+
+    prompt = get_prompt(args.prompt)
+    tool_names = tuple(args.tools.split(",")) if args.tools else tuple(prompt.tools)
+    backend, tok = build_backend(args)
+    tools = build_tools(tool_names, args.tools_config)
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                              seed=args.seed, presence_penalty=args.presence_penalty)
+    config = AgentConfig(tools=tool_names, sampling=sampling, max_turns=args.max_turns,
+                         max_tokens_per_turn=args.max_tokens_per_turn, max_response_tokens=args.max_response_tokens,
+                         max_model_len=args.max_model_len, tool_timeout_s=args.tool_timeout,
+                         trajectory_timeout_s=args.trajectory_timeout)
+    runner = ToolRunner(tools, config)
+    rows = {r["_id"]: r for r in read_questions(args.input, args.q_key, args.id_key)}
+    if args.limit:
+        rows = dict(list(rows.items())[: args.limit])
+    tasks = [RolloutTask(f"{qid}#{k}", str(row[args.q_key]), k) for qid, row in rows.items() for k in range(args.n)]
+    store = JsonlStore(args.output)
+    if store.repaired_bytes:
+        print(f"[infer] cut a half-written last record ({store.repaired_bytes} bytes) from {args.output}")
+
+    async def run_one(task: RolloutTask) -> dict[str, Any]:
+        qid = task.key.rsplit("#", 1)[0]
+        row = rows[qid]
+        messages = build_messages(prompt, task.question, style=args.prompt_style)
+        prompt_ids = tok.chat_prompt_ids(messages)
+        s = sampling if args.seed is None else sampling.with_(seed=args.seed + task.sample)
+        traj = await run_trajectory(backend, tok, runner, config, prompt_ids, question=task.question, sampling=s,
+                                    meta={"prompt_key": prompt.key, "prompt_version": prompt.version})
+        record = {"key": task.key, "id": qid, "sample": task.sample, "question": task.question,
+                  "gold": row.get(args.answer_key) if args.answer_key else None, **traj.to_dict()}
+        if not args.keep_ids:
+            record.pop("prompt_ids", None)
+        return record
+
+    try:
+        counts = await run_tasks(tasks, run_one, store, concurrency=args.concurrency, progress=not args.quiet)
+    finally:
+        store.close()
+        for tool in tools.values():
+            await tool.aclose()
+        await backend.aclose()
+    summary = summarize(store.records())
+    summary["run"] = counts
+    return summary
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", required=True, help="questions: .json (list), .jsonl or .parquet")
+    p.add_argument("--output", required=True, help="trajectories JSONL (appended; a rerun resumes)")
+    p.add_argument("--q-key", default="question")
+    p.add_argument("--id-key", default="id", help="field with a stable question id (default: row index)")
+    p.add_argument("--answer-key", default="answer", help="field copied as `gold` into each record")
+    p.add_argument("--backend", choices=["openai", "hf"], default="openai")
+    p.add_argument("--model", required=True, help="served model name (openai) or model folder (hf)")
+    p.add_argument("--base-url", default="http://127.0.0.1:10000/v1")
+    p.add_argument("--api-key", default="EMPTY")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model)")
+    p.add_argument("--prompt", default="web_agent", help="system prompt key (afm.prompts)")
+    p.add_argument("--prompt-style", choices=["user", "system"], default="user")
+    p.add_argument("--tools", default=None, help="comma-separated tools (default: the prompt's)")
+    p.add_argument("--tools-config", default=None, help="tools YAML (configs/tools/*.yaml)")
+    p.add_argument("--n", type=int, default=1, help="samples per question")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--top-k", type=int, default=20)
+    p.add_argument("--presence-penalty", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None, help="base seed (sample k uses seed + k)")
+    p.add_argument("--max-turns", type=int, default=25)
+    p.add_argument("--max-tokens-per-turn", type=int, default=4096)
+    p.add_argument("--max-response-tokens", type=int, default=30720)
+    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--tool-timeout", type=float, default=120.0)
+    p.add_argument("--trajectory-timeout", type=float, default=3600.0)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=8, help="hf backend: sequences per generate call")
+    p.add_argument("--request-timeout", type=float, default=600.0)
+    p.add_argument("--limit", type=int, default=0, help="only the first N questions")
+    p.add_argument("--keep-ids", action="store_true", help="also store prompt ids (segments always keep theirs)")
+    p.add_argument("--quiet", action="store_true")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="afm infer", description=__doc__.splitlines()[0])
+    add_args(p)
+    args = p.parse_args(argv)
+    summary = asyncio.run(infer(args))
+    print(format_summary(summary))
+    print(json.dumps(summary["run"]))
+    return 0 if not summary["run"]["failed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

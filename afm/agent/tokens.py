@@ -1,0 +1,42 @@
+"""A thin adapter over a Hugging Face tokenizer: the few operations the engine needs, with fixed conventions
+(no special tokens added on encode, special tokens kept on decode, chat template to ids)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class TokenizerAdapter:
+    """Wraps a ``transformers`` tokenizer (or anything with the same methods)."""
+
+    def __init__(self, tokenizer: Any, extra_eos_ids: Sequence[int] = ()) -> None:
+        self.tok = tokenizer
+        eos = {i for i in (getattr(tokenizer, "eos_token_id", None),) if i is not None}
+        for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+            tid = tokenizer.convert_tokens_to_ids(name) if hasattr(tokenizer, "convert_tokens_to_ids") else None
+            unk = getattr(tokenizer, "unk_token_id", None)
+            if isinstance(tid, int) and tid != unk and name == "<|im_end|>":
+                eos.add(tid)  # ChatML end of turn is an end of generation for every chat model using it
+        self.eos_ids: frozenset[int] = frozenset(eos | set(extra_eos_ids))
+        self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+
+    @classmethod
+    def from_pretrained(cls, path: str, **kw: Any) -> TokenizerAdapter:
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(path, **kw))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def chat_prompt_ids(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Prompt ids from the model's own chat template (ending with the opened assistant turn)."""
+        text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return self.encode(text)
+
+    def chat_prompt_text(self, messages: list[dict[str, str]]) -> str:
+        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

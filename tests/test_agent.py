@@ -1,0 +1,239 @@
+"""The rollout engine: token-in-token-out invariant, finish reasons, malformed calls, budgets, backends.
+
+The model is either the scripted OpenAI-compatible stand-in on 127.0.0.1 (answering with token ids from the tiny
+model's tokenizer, like vLLM) or the tiny HF model in process; tools are the real code sandbox and small Tool
+subclasses defined here for failure modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from afm.agent import AgentConfig, SamplingParams, TokenizerAdapter, ToolRunner, Trajectory, run_trajectory
+from afm.agent.loop import DUPLICATE_CRAWL_NOTE, DUPLICATE_SEARCH_NOTE
+from afm.agent.openai_backend import OpenAIBackend
+from afm.testing.openai_standin import StandIn
+from afm.tools import Tool, ToolContext, ToolResult
+from afm.tools.code import CodeTool
+from afm.trajectory import format_observation
+
+F = "```"
+
+
+class EchoSearch(Tool):
+    """Answers instantly; counts calls (to check duplicate suppression)."""
+
+    name = "web_search"
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.calls: list[str] = []
+
+    async def call(self, body: str, ctx: ToolContext) -> ToolResult:
+        self.calls.append(body)
+        size = int(self.config.get("size", 0))
+        return ToolResult(("result for " + body) + ("x" * size))
+
+
+class Broken(Tool):
+    name = "crawl_page"
+
+    async def call(self, body: str, ctx: ToolContext) -> ToolResult:
+        if body == "hang":
+            await asyncio.sleep(30)
+        raise RuntimeError("disk on fire")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model) -> TokenizerAdapter:
+    return TokenizerAdapter.from_pretrained(str(tiny_model))
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model):
+    with StandIn(tokenizer=str(tiny_model)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def code_tool():
+    tool = CodeTool({"timeout": 5})
+    yield tool
+
+
+def run(llm, tok, replies, *, tools=None, config=None, retries=0, question="q?") -> tuple[Trajectory, list]:
+    llm.reset()
+    llm.queue(*replies)
+    tools = tools if tools is not None else {"web_search": EchoSearch()}
+    cfg = config or AgentConfig(tools=tuple(tools), sampling=SamplingParams(temperature=0), max_turns=6)
+
+    async def go() -> Trajectory:
+        backend = OpenAIBackend(llm.base_url, "standin", tok, retries=retries, timeout_s=30)
+        prompt = tok.chat_prompt_ids([{"role": "user", "content": question}])
+        try:
+            return await run_trajectory(backend, tok, ToolRunner(tools, cfg), cfg, prompt, question=question)
+        finally:
+            await backend.aclose()
+            for t in tools.values():
+                await t.aclose()
+
+    traj = asyncio.run(go())
+    return traj, llm.requests()
+
+
+def assert_invariant(traj: Trajectory, requests: list[dict], tok: TokenizerAdapter) -> None:
+    """Every request's prompt is exactly the context so far; masks mark observations; texts decode from ids."""
+    context = list(traj.prompt_ids)
+    model_segments = 0
+    for seg in traj.segments:
+        if seg.kind == "model":
+            assert requests[model_segments]["body"]["prompt"] == context
+            model_segments += 1
+        else:
+            assert tok.decode(seg.ids) == seg.text
+            assert seg.text.startswith("\n\n<observation>\n") and seg.text.endswith("\n</observation>\n\n")
+        context += seg.ids
+    assert model_segments == len(requests) == traj.turns
+    assert traj.context_ids() == context
+    mask = traj.response_mask()
+    assert len(mask) == len(traj.response_ids())
+    pos = 0
+    for seg in traj.segments:
+        assert set(mask[pos:pos + len(seg.ids)]) <= {1 if seg.kind == "model" else 0}
+        pos += len(seg.ids)
+
+
+def test_tool_loop_token_invariant_and_answer(llm, tok, code_tool):
+    replies = [f"<think> compute </think>\n<code>\n{F}py\nprint(6 * 7)\n{F}\n</code> ignored after the stop",
+               "<think> it printed 42 </think>\n<answer>42</answer> also ignored"]
+    traj, reqs = run(llm, tok, replies, tools={"code": code_tool})
+    assert traj.finish_reason == "answer" and traj.final_answer() == "42"
+    assert [(c.name, c.status) for c in traj.tool_calls] == [("code", "ok")]
+    obs = [s for s in traj.segments if s.kind == "observation"][0]
+    assert obs.text == format_observation("[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n42\n[STDOUT:END]")
+    assert traj.segments[0].text.endswith("</code>") and "ignored" not in traj.response_text()
+    assert traj.ids_source == "sampled"
+    assert_invariant(traj, reqs, tok)
+    # the stop strings sent are the enabled tools' closing tags + </answer>
+    assert reqs[0]["body"]["stop"] == ["</code>", "</answer>"]
+    assert reqs[0]["body"]["include_stop_str_in_output"] is True
+
+
+def test_finish_reasons(llm, tok):
+    traj, reqs = run(llm, tok, ["<think> done thinking, no answer </think>"])
+    assert traj.finish_reason == "eos" and traj.segments[0].ids[-1] in tok.eos_ids
+    assert_invariant(traj, reqs, tok)
+    cfg = AgentConfig(tools=("web_search",), max_tokens_per_turn=5, max_turns=3)
+    traj, reqs = run(llm, tok, ["<think> " + "word " * 50 + "</think>"], config=cfg)
+    assert traj.finish_reason == "max_tokens" and len(traj.segments[0].ids) == 5
+    cfg = AgentConfig(tools=("web_search",), max_turns=2)
+    traj, reqs = run(llm, tok, ["<web_search>a</web_search>", "<web_search>b</web_search>",
+                                "<answer>never asked</answer>"], config=cfg)
+    assert traj.finish_reason == "max_turns" and traj.turns == 2 and len(traj.tool_calls) == 2
+    assert_invariant(traj, reqs, tok)
+    traj, _ = run(llm, tok, [{"status": 500, "content": "boom"}])
+    assert traj.finish_reason == "error" and "HTTP 500" in traj.error
+    cfg = AgentConfig(tools=("web_search",), trajectory_timeout_s=0.5)
+    traj, _ = run(llm, tok, [{"content": "<answer>late</answer>", "delay": 2}], config=cfg)
+    assert traj.finish_reason == "timeout"
+
+
+def test_retries_then_success(llm, tok):
+    traj, reqs = run(llm, tok, [{"status": 503, "content": "busy"}, "<answer>ok</answer>"], retries=2)
+    assert traj.finish_reason == "answer" and len(reqs) == 2
+
+
+def test_malformed_calls_become_observations(llm, tok, code_tool):
+    tools = {"web_search": EchoSearch(), "crawl_page": Broken(), "code": code_tool}
+    cfg = AgentConfig(tools=("web_search", "crawl_page", "code"), max_turns=8, tool_timeout_s=0.5)
+    replies = ["stray closing </web_search>",             # closing tag without its opener
+               "<web_search>   </web_search>",             # empty body
+               "<code>the final answer is 4</code>",       # no python in the code body
+               "<crawl_page>http://example.com</crawl_page>",  # the tool raises
+               "<crawl_page>hang</crawl_page>",            # the tool hangs past its timeout
+               "<answer>4</answer>"]
+    traj, reqs = run(llm, tok, replies, tools=tools, config=cfg)
+    assert traj.finish_reason == "answer"
+    texts = [s.text for s in traj.segments if s.kind == "observation"]
+    assert "Could not read a complete tool call" in texts[0]
+    assert "The <web_search> call was empty" in texts[1]
+    assert "No Python code found" in texts[2] and "<answer>" in texts[2]
+    assert "The crawl_page tool failed (RuntimeError: disk on fire)" in texts[3]
+    assert "did not answer within" in texts[4]
+    assert [c.status for c in traj.tool_calls] == ["invalid", "invalid", "error", "error", "timeout"]
+    assert_invariant(traj, reqs, tok)
+
+
+def test_unknown_tool_and_duplicates(llm, tok):
+    search = EchoSearch()
+    cfg = AgentConfig(tools=("web_search", "crawl_page"), max_turns=6)
+    replies = ["<web_search>Capital  of France</web_search>", "<web_search>capital of france</web_search>",
+               "<crawl_page>http://a.example</crawl_page>", "<answer>Paris</answer>"]
+    traj, reqs = run(llm, tok, replies, tools={"web_search": search}, config=cfg)
+    texts = [s.text for s in traj.segments if s.kind == "observation"]
+    assert search.calls == ["Capital  of France"]
+    assert DUPLICATE_SEARCH_NOTE in texts[1]
+    assert "There is no tool named 'crawl_page'" in texts[2]
+    assert [c.status for c in traj.tool_calls] == ["ok", "duplicate", "invalid"]
+    assert DUPLICATE_CRAWL_NOTE.startswith("I have crawled this URL before")
+
+
+def test_context_budget_shrinks_or_stops(llm, tok):
+    big = {"web_search": EchoSearch({"size": 20000})}
+    cfg = AgentConfig(tools=("web_search",), max_model_len=600, max_response_tokens=500, max_turns=5,
+                      min_turn_tokens=16)
+    traj, reqs = run(llm, tok, ["<web_search>q</web_search>", "<answer>a</answer>"], tools=big, config=cfg)
+    assert traj.tool_calls[0].truncated
+    assert len(traj.context_ids()) <= 600 and traj.n_response_tokens <= 500
+    assert_invariant(traj, reqs, tok)
+    cfg = AgentConfig(tools=("web_search",), max_model_len=10_000, max_response_tokens=40, max_turns=5,
+                      min_turn_tokens=16)
+    traj, _ = run(llm, tok, ["<think> a b c d e f g h i j k l m n o p q r s t u v </think><web_search>q</web_search>"],
+                  tools=big, config=cfg)
+    assert traj.finish_reason == "max_tokens"
+    assert traj.n_response_tokens <= 40
+
+
+def test_text_only_servers_are_retokenized_and_say_so(llm, tok):
+    traj, reqs = run(llm, tok, [{"content": "<web_search>x</web_search>", "no_token_ids": True},
+                                "<answer>y</answer>"])
+    assert traj.ids_source == "retokenized" and traj.finish_reason == "answer"
+    assert traj.segments[0].text.endswith("</web_search>")
+
+
+def test_record_round_trips_as_json(llm, tok):
+    traj, _ = run(llm, tok, ["<web_search>x</web_search>", "<answer>y</answer>"])
+    d = traj.to_dict()
+    assert d["answer"] == "y" and d["counts"]["tool_calls"] == 1 and d["finish_reason"] == "answer"
+    back = Trajectory.from_dict(d)
+    assert back.response_ids() == traj.response_ids() and back.response_mask() == traj.response_mask()
+    assert back.tool_calls[0].name == "web_search"
+
+
+def test_hf_backend_batches_concurrent_trajectories(tiny_model, tok):
+    from afm.agent.hf_backend import HFBackend
+
+    backend = HFBackend.from_pretrained(str(tiny_model), max_batch=4, batch_wait_s=0.05)
+    cfg = AgentConfig(tools=("web_search", "code"), max_turns=3, max_tokens_per_turn=24,
+                      sampling=SamplingParams(temperature=0.0))
+    runner = ToolRunner({"web_search": EchoSearch()}, cfg)
+
+    async def go() -> list[Trajectory]:
+        prompts = [tok.chat_prompt_ids([{"role": "user", "content": f"question {i}"}]) for i in range(4)]
+        try:
+            return await asyncio.gather(*[run_trajectory(backend, tok, runner, cfg, p) for p in prompts])
+        finally:
+            await backend.aclose()
+
+    trajs = asyncio.run(go())
+    assert backend.batches < backend.batched_requests  # several trajectories shared a generate call
+    for t in trajs:
+        assert t.finish_reason in ("eos", "max_tokens", "max_turns", "answer"), t.error
+        assert t.n_model_tokens > 0 and t.ids_source == "sampled"
+        assert t.context_ids() == t.prompt_ids + [i for s in t.segments for i in s.ids]
+        for seg in t.segments:
+            if seg.kind == "model":
+                assert len(seg.ids) <= 24
