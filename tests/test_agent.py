@@ -112,7 +112,7 @@ def test_tool_loop_token_invariant_and_answer(llm, tok, code_tool):
     traj, reqs = run(llm, tok, replies, tools={"code": code_tool})
     assert traj.finish_reason == "answer" and traj.final_answer() == "42"
     assert [(c.name, c.status) for c in traj.tool_calls] == [("code", "ok")]
-    obs = [s for s in traj.segments if s.kind == "observation"][0]
+    obs = next(s for s in traj.segments if s.kind == "observation")
     assert obs.text == format_observation("[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n42\n[STDOUT:END]")
     assert traj.segments[0].text.endswith("</code>") and "ignored" not in traj.response_text()
     assert traj.ids_source == "sampled"
@@ -172,7 +172,7 @@ def test_unknown_tool_and_duplicates(llm, tok):
     cfg = AgentConfig(tools=("web_search", "crawl_page"), max_turns=6)
     replies = ["<web_search>Capital  of France</web_search>", "<web_search>capital of france</web_search>",
                "<crawl_page>http://a.example</crawl_page>", "<answer>Paris</answer>"]
-    traj, reqs = run(llm, tok, replies, tools={"web_search": search}, config=cfg)
+    traj, _reqs = run(llm, tok, replies, tools={"web_search": search}, config=cfg)
     texts = [s.text for s in traj.segments if s.kind == "observation"]
     assert search.calls == ["Capital  of France"]
     assert DUPLICATE_SEARCH_NOTE in texts[1]
@@ -198,7 +198,7 @@ def test_context_budget_shrinks_or_stops(llm, tok):
 
 
 def test_text_only_servers_are_retokenized_and_say_so(llm, tok):
-    traj, reqs = run(llm, tok, [{"content": "<web_search>x</web_search>", "no_token_ids": True},
+    traj, _reqs = run(llm, tok, [{"content": "<web_search>x</web_search>", "no_token_ids": True},
                                 "<answer>y</answer>"])
     assert traj.ids_source == "retokenized" and traj.finish_reason == "answer"
     assert traj.segments[0].text.endswith("</web_search>")
