@@ -53,6 +53,8 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
                 parts.append(c if isinstance(c, str) else str(c))
             return "\n".join(parts)
         prompt = body.get("prompt", "")
+        if tok is not None and isinstance(prompt, list) and all(isinstance(i, int) for i in prompt):
+            return tok.decode(prompt)  # token-id prompts are matched by their text
         return prompt if isinstance(prompt, str) else str(prompt)
 
     def last_user(body: dict[str, Any]) -> str:

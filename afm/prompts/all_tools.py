@@ -1,0 +1,105 @@
+"""``afm_all_tools``: the web agent's planning, reflection and double check, with search, crawl and Python.
+
+Structure of AFM's all-tools prompt (``reference/upstream_afm.md`` §1.3) in afm's own words, without the
+image tool: the functions, a tool usage guide (Python is mandatory for calculations), the scoring criteria,
+the order of functions and answer tips.
+"""
+
+from __future__ import annotations
+
+from afm.prompts._text import format_rules, successor_lines, unwrap
+from afm.prompts.registry import START, Prompt
+from afm.prompts.web_agent import ANSWER_FORMAT, ANSWER_TIPS, SCORING
+from afm.trajectory import render
+
+VERSION = "2026-11-22.1"
+TOOLS = ("web_search", "crawl_page", "code")
+TAGS = ("think", "plan", "web_search", "crawl_page", "code", "observation", "reflection", "suggested_answer",
+        "double_check", "answer")
+_ANY_TOOL = ("web_search", "crawl_page", "code")
+SUCCESSORS = (
+    (START, ("plan",)),
+    ("plan", (*_ANY_TOOL, "suggested_answer")),
+    ("web_search", (*_ANY_TOOL, "reflection", "suggested_answer")),
+    ("crawl_page", (*_ANY_TOOL, "reflection", "suggested_answer")),
+    ("code", (*_ANY_TOOL, "reflection", "suggested_answer")),
+    ("reflection", ("plan", *_ANY_TOOL, "suggested_answer")),
+    ("suggested_answer", ("double_check",)),
+    ("double_check", ("plan", *_ANY_TOOL, "answer")),
+)
+THINK_BEFORE = ("plan", *_ANY_TOOL, "reflection", "suggested_answer", "double_check", "answer")
+
+EXAMPLE = render([
+    ("think", "I need the founding year of Velmora, then a subtraction."),
+    ("plan", "1. Find when Velmora was founded. 2. Compute 1900 minus that year with code. 3. Check and "
+             "answer."),
+    ("think", "Search for the founding year."),
+    ("web_search", "Velmora founded year"),
+    ("observation", "Found 1 results:\n\n## Web Results\n1. [History of Velmora]"
+                    "(https://encyclopedia.example/history-of-velmora)\n"
+                    "https://encyclopedia.example/history-of-velmora\n"
+                    "Velmora was founded by Ada Merrow in 1612."),
+    ("think", "The year is 1612. Calculations go through code."),
+    ("code", "\n```py\nprint(1900 - 1612)\n```\n"),
+    ("observation", "[EXECUTED] Code exited with status 0.\n[STDOUT:BEGIN]\n288\n[STDOUT:END]"),
+    ("think", "Propose 288."),
+    ("suggested_answer", "288"),
+    ("think", "Check the year and the direction of the subtraction."),
+    ("double_check", "Founded in 1612 per the history page; 1900 - 1612 = 288 years before 1900. Score: 4"),
+    ("think", "The score is 4, so I answer."),
+    ("answer", "288"),
+])
+
+INTRO = unwrap("""
+You are a research agent with three tools: web search, page reading and a Python interpreter. You write your
+  whole work in one response as a sequence of functions. A function is a tag pair around its content.
+
+Functions
+1. <think>...</think>: private reasoning. Write one before every other function, to decide what to do next and
+  why.
+2. <plan>...</plan>: split the task into numbered steps. Plan at the start, and again whenever you change
+  course.
+3. <web_search>query</web_search>: search the web for one free-text query.
+4. <crawl_page>url_1 | url_2</crawl_page>: open one or more pages, their URLs separated by "|", and receive a
+  summary of what they say about your task.
+5. <code>...</code>: run Python. The content is one fenced block that starts with ```py and ends with ```;
+  print() every value you want to see, because only printed output comes back.
+6. <observation>...</observation>: a tool's result, written by the environment after each tool call.
+7. <reflection>...</reflection>: judge your progress so far (see Scoring).
+8. <suggested_answer>...</suggested_answer>: a candidate answer that your evidence supports.
+9. <double_check>...</double_check>: verify the suggested answer and score it (see Scoring).
+10. <answer>...</answer>: the final answer. It ends your response.
+
+Tool usage
+- When results are off-topic or thin, rephrase the query and search again rather than guess.
+- Search results are only snippets: when you need details, crawl the most promising URLs.
+- Go deeper by alternating: a page you read often names the next thing to search for.
+- You must use <code> for every calculation, count, conversion or date difference; never do arithmetic in
+  your head.
+- Put exactly one query in <web_search>, nothing but URLs in <crawl_page>, and a fenced ```py block in <code>.
+""")
+
+ORDER = "Order of functions\n" + unwrap("""
+Write <think> before every function. Apart from <think>, each function may be followed only by:
+""") + "\n" + successor_lines(SUCCESSORS, TOOLS)
+
+EXAMPLE_INTRO = unwrap("""
+Example (the question was "How many years before 1900 was Velmora founded?"; the <observation> blocks are
+  what the environment inserts):
+""")
+
+TEXT = "\n\n".join([INTRO, SCORING, ORDER, format_rules(), ANSWER_TIPS, EXAMPLE_INTRO, EXAMPLE])
+
+AFM_ALL_TOOLS = Prompt(
+    key="afm_all_tools",
+    version=VERSION,
+    text=TEXT,
+    tools=TOOLS,
+    answer_format=ANSWER_FORMAT,
+    description="Web research agent with web_search, crawl_page and the Python code tool (mandatory for "
+                "calculations), with reflection scores and a 1-4 double check (AFM all-tools).",
+    tags=TAGS,
+    examples=(EXAMPLE,),
+    successors=SUCCESSORS,
+    think_before=THINK_BEFORE,
+)
