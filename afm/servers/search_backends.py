@@ -1,0 +1,175 @@
+"""Search backends of the search server: Serper (google.serper.dev) and a local BM25 index over a JSONL corpus.
+
+Both return a Serper-shaped payload ``{"organic": [{title, link, snippet, position, date?, source?}], ...}`` so
+that one formatter serves both. Failures raise :class:`UpstreamError` with the HTTP status the server should answer
+(502 bad or failed upstream, 504 upstream timeout); the server never caches them.
+
+Serper: ``X-API-KEY`` from ``WEB_SEARCH_SERPER_API_KEY`` (never logged), a per-attempt timeout, and retries with
+exponential backoff and jitter on timeouts, connection errors, 429 and 5xx. Other 4xx (a bad key, quota) are not
+retried. ``WEB_SEARCH_SERPER_URL`` points the backend elsewhere (a proxy, or a fake Serper in tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from afm.servers.bm25_index import BM25Index, ensure_index, tokenize
+
+log = logging.getLogger(__name__)
+
+SERPER_URL = "https://google.serper.dev/search"
+SNIPPET_CHARS = 300
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+class UpstreamError(Exception):
+    """The backend failed; ``status`` is what the server answers (502 or 504)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class SearchBackend(Protocol):
+    """What the search server needs from a backend."""
+
+    name: str
+
+    async def search(self, query: str, num: int) -> dict[str, Any]:
+        """A Serper-shaped payload with at most ``num`` organic results."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def _result(item: dict[str, Any], position: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "title": str(item.get("title") or ""),
+        "link": str(item.get("link") or ""),
+        "snippet": str(item.get("snippet") or ""),
+        "position": position,
+    }
+    for key in ("date", "source"):
+        if item.get(key):
+            out[key] = str(item[key])
+    return out
+
+
+class SerperBackend:
+    """google.serper.dev (or any server speaking its protocol) with timeout, retries and backoff."""
+
+    name = "serper"
+
+    def __init__(self, api_key: str, url: str = SERPER_URL, timeout: float = 20.0, retries: int = 2,
+                 backoff: float = 0.5) -> None:
+        if not api_key:
+            raise ValueError("the serper backend needs WEB_SEARCH_SERPER_API_KEY")
+        self.url = url
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self._key = api_key
+        self._client = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=100))
+
+    async def search(self, query: str, num: int) -> dict[str, Any]:
+        # Serper bills per page of 10; asking a multiple of 10 and trimming gives the same results.
+        asked = min(100, max(10, -(-num // 10) * 10))
+        last: UpstreamError | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                delay = self.backoff * 2 ** (attempt - 1)
+                await asyncio.sleep(delay * (1 + 0.25 * random.random()))
+            try:
+                resp = await self._client.post(self.url, json={"q": query, "num": asked},
+                                               headers={"X-API-KEY": self._key})
+            except httpx.TimeoutException:
+                last = UpstreamError(504, f"Serper did not answer within {self.timeout:g}s")
+                continue
+            except httpx.HTTPError as exc:
+                last = UpstreamError(502, f"cannot reach Serper ({type(exc).__name__})")
+                continue
+            if resp.status_code == 429 or resp.status_code >= 500:
+                last = UpstreamError(502, f"Serper answered HTTP {resp.status_code}")
+                continue
+            if resp.status_code != 200:
+                # 400/401/403: a bad query, key or quota; retrying would fail the same way.
+                raise UpstreamError(502, f"Serper answered HTTP {resp.status_code}: {resp.text[:200]}")
+            return self._parse(resp, num)
+        last = last or UpstreamError(502, "Serper failed")
+        log.warning("serper failed after %d attempts: %s", self.retries + 1, last.message)
+        raise last
+
+    @staticmethod
+    def _parse(resp: httpx.Response, num: int) -> dict[str, Any]:
+        try:
+            data = resp.json()
+        except ValueError:
+            raise UpstreamError(502, "Serper answered with a body that is not JSON") from None
+        organic = data.get("organic") if isinstance(data, dict) else None
+        if not isinstance(organic, list):
+            raise UpstreamError(502, "Serper answered without an 'organic' result list")
+        results = [_result(item, i) for i, item in enumerate((x for x in organic if isinstance(x, dict)), 1)]
+        payload: dict[str, Any] = {"organic": results[:num]}
+        for key in ("answerBox", "knowledgeGraph"):
+            if isinstance(data.get(key), dict):
+                payload[key] = data[key]
+        return payload
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
+    """The sentences of ``text`` that share most words with ``query``, in text order, cut to ``limit``."""
+    sentences = [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+    if not sentences:
+        return ""
+    words = set(tokenize(query))
+    ranked = sorted(range(len(sentences)), key=lambda i: -len(words.intersection(tokenize(sentences[i]))))
+    chosen: list[int] = []
+    size = 0
+    for i in ranked:
+        if chosen and size + len(sentences[i]) > limit:
+            break
+        chosen.append(i)
+        size += len(sentences[i]) + 1
+    out = " ".join(sentences[i] for i in sorted(chosen))
+    return out if len(out) <= limit else out[: limit - 3].rstrip() + "..."
+
+
+class LocalBackend:
+    """BM25 over a JSONL corpus of ``{id, title, url, text}``; the index is built once and persisted."""
+
+    name = "local"
+
+    def __init__(self, index: BM25Index) -> None:
+        self.index = index
+
+    @classmethod
+    def open(cls, corpus: str | Path, index_dir: str | Path | None = None) -> LocalBackend:
+        return cls(ensure_index(corpus, index_dir))
+
+    def search_sync(self, query: str, num: int) -> dict[str, Any]:
+        results = []
+        for position, (doc, _score) in enumerate(self.index.search(query, num), start=1):
+            rec = self.index.document(doc)
+            text = str(rec.get("text") or rec.get("contents") or "")
+            results.append(_result({"title": rec.get("title") or text.split("\n")[0][:100],
+                                    "link": rec.get("url") or rec.get("link") or "",
+                                    "snippet": snippet(text, query),
+                                    "date": rec.get("date"), "source": rec.get("source")}, position))
+        return {"organic": results}
+
+    async def search(self, query: str, num: int) -> dict[str, Any]:
+        return await asyncio.to_thread(self.search_sync, query, num)
+
+    async def aclose(self) -> None:
+        self.index.close()

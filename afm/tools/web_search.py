@@ -1,0 +1,104 @@
+"""``web_search``: the tag body is one query, sent to the search server (``afm.servers.search_server``).
+
+Config (tool YAML ``config:``), each optional:
+``url`` (default ``http://$SERVER_HOST:$WEBSEARCH_PORT/search``, i.e. ``http://127.0.0.1:9001/search``),
+``num_results`` (10), ``timeout`` seconds per attempt (60), ``retries`` (1; connection errors, timeouts, 5xx),
+``backoff`` (0.5 s, doubled per retry), ``token`` (bearer token; default ``$AFM_SERVER_TOKEN``).
+
+Observation (the original's format)::
+
+    Found 2 results:
+
+    ## Web Results
+    1. [Title](https://link)
+    Date published: …          (when known)
+    Source: …                  (when known)
+    https://link
+    snippet
+
+    2. …
+
+No results: ``No results found for query: '<q>'. Use a less specific query.`` Failures become an explanatory
+observation with status ``error`` or ``timeout``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from afm.tools.base import Tool, ToolContext, ToolResult
+from afm.tools.server_client import JsonClient, ServerCallError, failure_text, server_token
+
+_VIDEO_NOISE = "Your browser can't play this video."
+
+
+def default_search_url() -> str:
+    host = os.environ.get("SERVER_HOST") or "127.0.0.1"
+    port = os.environ.get("WEBSEARCH_PORT") or "9001"
+    return f"http://{host}:{port}/search"
+
+
+def format_results(query: str, organic: list[dict[str, Any]]) -> str:
+    """The observation text for a Serper-shaped ``organic`` list."""
+    entries = []
+    for i, item in enumerate(organic, start=1):
+        title = str(item.get("title") or "").strip()
+        link = str(item.get("link") or "").strip()
+        entry = f"{i}. [{title}]({link})"
+        if item.get("date"):
+            entry += f"\nDate published: {item['date']}"
+        if item.get("source"):
+            entry += f"\nSource: {item['source']}"
+        snippet = str(item.get("snippet") or "").replace(_VIDEO_NOISE, "").strip()
+        entry += f"\n{link}\n{snippet}"
+        entries.append(entry)
+    if not entries:
+        return f"No results found for query: '{query}'. Use a less specific query."
+    return f"Found {len(entries)} results:\n\n## Web Results\n" + "\n\n".join(entries)
+
+
+class WebSearchTool(Tool):
+    """Client of the search server's ``POST /search``."""
+
+    name = "web_search"
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        self.url = str(self.config.get("url") or default_search_url())
+        self.num_results = int(self.config.get("num_results", 10))
+        self.client = JsonClient(self.url, timeout=float(self.config.get("timeout", 60)),
+                                 retries=int(self.config.get("retries", 1)),
+                                 backoff=float(self.config.get("backoff", 0.5)), token=server_token(self.config))
+
+    async def call(self, body: str, ctx: ToolContext) -> ToolResult:
+        t0 = time.perf_counter()
+        query = " ".join(body.split())
+        if not query:
+            return ToolResult("[web_search failed] The query is empty. Write a search query between <web_search> "
+                              "and </web_search>, e.g. <web_search>capital of Veltria</web_search>.", "error",
+                              time.perf_counter() - t0, {"reason": "empty_query"})
+        try:
+            data, info = await self.client.post({"q": query, "num": self.num_results})
+        except ServerCallError as err:
+            text, status = failure_text(self.name, "search server", self.url, err,
+                                        "Rewrite it as a short plain-text search phrase.")
+            return ToolResult(text, status, time.perf_counter() - t0,  # type: ignore[arg-type]
+                              {"reason": err.kind, "http_status": err.http_status, "attempts": err.attempts})
+        organic = data.get("organic") if isinstance(data, dict) else None
+        if not isinstance(organic, list) or not all(isinstance(x, dict) for x in organic):
+            text, status = failure_text(self.name, "search server", self.url,
+                                        ServerCallError("bad_response", "no 'organic' result list"), "")
+            return ToolResult(text, status, time.perf_counter() - t0, {"reason": "bad_response"})  # type: ignore[arg-type]
+        return ToolResult(format_results(query, organic), "ok", time.perf_counter() - t0,
+                          {"n_results": len(organic), "cached": bool(data.get("cached")), **info})
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["config"] = {k: ("<set>" if k == "token" else v) for k, v in self.config.items()}
+        return out

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Start, stop and check afm's tool servers (no sudo, no netstat): pid files and logs under a run folder.
+#
+#   bash server/start_servers.sh start  [NAME ...]   # default: search wiki crawl demo_site
+#   bash server/start_servers.sh status [NAME ...]   # exit 0 only when every named server is up and healthy
+#   bash server/start_servers.sh stop   [NAME ...]
+#   bash server/start_servers.sh restart [NAME ...]
+#
+# Names, modules and ports (source environment.sh first, or export the variables):
+#   search     python -m afm.servers.search_server   WEBSEARCH_PORT     (9001)
+#   wiki       python -m afm.servers.wiki_server     WIKI_RAG_PORT      (8000)
+#   crawl      python -m afm.servers.crawl_server    CRAWL_PAGE_PORT    (9000)
+#   demo_site  python -m afm.servers.demo_site       AFM_DEMO_SITE_PORT (9002)
+# Other settings:
+#   AFM_RUN_DIR        run folder: <name>.pid, <name>.log, demo corpora (default <repo>/runs/servers)
+#   AFM_PYTHON         interpreter (default $AFM_VENV/bin/python if it exists, else python3)
+#   AFM_SERVER_BIND    address the servers bind (default 127.0.0.1)
+#   AFM_SERVER_TOKEN   bearer token every server then requires (except on /health)
+#   WEB_SEARCH_WORKERS, WIKI_RAG_WORKERS, CRAWL_PAGE_WORKERS   uvicorn workers (2, 1, 2)
+#   AFM_START_TIMEOUT  seconds to wait for /health after a start (default 120: a first start builds indexes)
+# Without WEB_SEARCH_CORPUS (local search backend) or WIKI_CORPUS, the demo corpora are written to
+# $AFM_RUN_DIR/demo and used, with search results linking to the demo site; without CRAWL_PAGE_ALLOW the crawl
+# server is allowed to fetch the demo site's address and port (and no other non-public target).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN_DIR="${AFM_RUN_DIR:-$REPO/runs/servers}"
+BIND="${AFM_SERVER_BIND:-127.0.0.1}"
+START_TIMEOUT="${AFM_START_TIMEOUT:-120}"
+ALL_NAMES=(search wiki crawl demo_site)
+
+if [[ -n "${AFM_PYTHON:-}" ]]; then
+  PY="$AFM_PYTHON"
+elif [[ -x "$REPO/${AFM_VENV:-.venv}/bin/python" ]]; then
+  PY="$REPO/${AFM_VENV:-.venv}/bin/python"
+else
+  PY="python3"
+fi
+
+# The comment block at the top of this file, without the "# ".
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
+
+module_of() {
+  case "$1" in
+    search) echo afm.servers.search_server ;;
+    wiki) echo afm.servers.wiki_server ;;
+    crawl) echo afm.servers.crawl_server ;;
+    demo_site) echo afm.servers.demo_site ;;
+    *) return 1 ;;
+  esac
+}
+
+port_of() {
+  case "$1" in
+    search) echo "${WEBSEARCH_PORT:-9001}" ;;
+    wiki) echo "${WIKI_RAG_PORT:-8000}" ;;
+    crawl) echo "${CRAWL_PAGE_PORT:-9000}" ;;
+    demo_site) echo "${AFM_DEMO_SITE_PORT:-9002}" ;;
+  esac
+}
+
+# uvicorn workers (the demo site is a plain threaded server without that flag).
+workers_args() {
+  case "$1" in
+    search) echo "--workers ${WEB_SEARCH_WORKERS:-2}" ;;
+    wiki) echo "--workers ${WIKI_RAG_WORKERS:-1}" ;;
+    crawl) echo "--workers ${CRAWL_PAGE_WORKERS:-2}" ;;
+  esac
+}
+
+# Address to probe: a wildcard bind is reached on loopback.
+probe_host() { if [[ "$BIND" == "0.0.0.0" || "$BIND" == "::" ]]; then echo 127.0.0.1; else echo "$BIND"; fi; }
+
+pid_alive() { [[ -n "$1" ]] && kill -0 "$1" 2> /dev/null; }
+read_pid() { [[ -f "$RUN_DIR/$1.pid" ]] && cat "$RUN_DIR/$1.pid" || true; }
+
+# Is something listening on the port? (bash's /dev/tcp; no netstat needed)
+port_busy() { (exec 3<> "/dev/tcp/$(probe_host)/$1") 2> /dev/null; }
+
+healthy() {
+  local url="http://$(probe_host):$1/health"
+  if command -v curl > /dev/null; then
+    curl -fsS -m 2 -o /dev/null "$url" 2> /dev/null
+  else
+    "$PY" -c "import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$url" 2> /dev/null
+  fi
+}
+
+module_exists() {
+  "$PY" -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 1)" "$1" 2> /dev/null
+}
+
+extra_args() {
+  local name="$1" site="http://$(probe_host):$(port_of demo_site)"
+  case "$name" in
+    search)
+      local backend="${WEB_SEARCH_BACKEND:-auto}"
+      if [[ -z "${WEB_SEARCH_CORPUS:-}" && ("$backend" == "local" || ("$backend" == "auto" && -z "${WEB_SEARCH_SERPER_API_KEY:-}")) ]]; then
+        "$PY" -m afm.servers.demo_data "$RUN_DIR/demo" --site-url "$site" > /dev/null
+        echo "--corpus $RUN_DIR/demo/search_corpus.jsonl"
+      fi
+      ;;
+    crawl)
+      # The demo site is on loopback, which the crawl server refuses unless allow-listed: allow exactly its port.
+      if [[ -z "${CRAWL_PAGE_ALLOW:-}" ]]; then echo "--allow $(probe_host):$(port_of demo_site)"; fi
+      ;;
+    wiki)
+      if [[ -z "${WIKI_CORPUS:-}" ]]; then
+        "$PY" -m afm.servers.demo_data "$RUN_DIR/demo" --site-url "$site" > /dev/null
+        echo "--corpus $RUN_DIR/demo/wiki_corpus.jsonl"
+      fi
+      ;;
+  esac
+}
+
+start_one() {
+  local name="$1" module port pid
+  module="$(module_of "$name")"
+  port="$(port_of "$name")"
+  pid="$(read_pid "$name")"
+  if pid_alive "$pid"; then
+    echo "$name: already running (pid $pid, port $port)"
+    return 0
+  fi
+  if ! module_exists "$module"; then
+    echo "$name: skipped, module $module is not installed in $PY" >&2
+    return 0
+  fi
+  if port_busy "$port"; then
+    echo "$name: port $port is already in use by another process; set its port variable or stop that process" >&2
+    return 1
+  fi
+  local args
+  # shellcheck disable=SC2207 # word splitting of the generated flags is intended (paths have no spaces)
+  args=($(workers_args "$name") $(extra_args "$name"))
+  local log="$RUN_DIR/$name.log"
+  echo "$name: starting $module on $BIND:$port (log $log)"
+  echo "---- $(date -u +%FT%TZ) start: $PY -m $module --host $BIND --port $port ${args[*]:-}" >> "$log"
+  # setsid: the server leads its own process group, so stop can signal its uvicorn workers too.
+  setsid nohup "$PY" -m "$module" --host "$BIND" --port "$port" ${args[@]+"${args[@]}"} >> "$log" 2>&1 < /dev/null &
+  pid=$!
+  echo "$pid" > "$RUN_DIR/$name.pid"
+  local waited=0
+  while ! healthy "$port"; do
+    if ! pid_alive "$pid"; then
+      echo "$name: exited during start; last log lines:" >&2
+      tail -n 20 "$log" >&2
+      rm -f "$RUN_DIR/$name.pid"
+      return 1
+    fi
+    if ((waited >= START_TIMEOUT * 5)); then
+      echo "$name: no answer on /health after ${START_TIMEOUT}s (still starting? see $log)" >&2
+      return 1
+    fi
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  echo "$name: up (pid $pid) http://$(probe_host):$port"
+}
+
+stop_one() {
+  local name="$1" pid
+  pid="$(read_pid "$name")"
+  if ! pid_alive "$pid"; then
+    echo "$name: not running"
+    rm -f "$RUN_DIR/$name.pid"
+    return 0
+  fi
+  kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null || true
+  local waited=0
+  while pid_alive "$pid" && ((waited < 50)); do
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  if pid_alive "$pid"; then
+    kill -KILL -- "-$pid" 2> /dev/null || kill -KILL "$pid" 2> /dev/null || true
+  fi
+  rm -f "$RUN_DIR/$name.pid"
+  echo "$name: stopped (pid $pid)"
+}
+
+status_one() {
+  local name="$1" pid port
+  pid="$(read_pid "$name")"
+  port="$(port_of "$name")"
+  if ! pid_alive "$pid"; then
+    echo "$name: stopped (port $port)"
+    return 1
+  fi
+  if healthy "$port"; then
+    echo "$name: running (pid $pid) http://$(probe_host):$port/health ok"
+  else
+    echo "$name: running (pid $pid) but http://$(probe_host):$port/health does not answer (see $RUN_DIR/$name.log)"
+    return 1
+  fi
+}
+
+main() {
+  local cmd="${1:-}"
+  [[ $# -gt 0 ]] && shift
+  local names=("$@")
+  [[ ${#names[@]} -eq 0 ]] && names=("${ALL_NAMES[@]}")
+  for n in "${names[@]}"; do
+    if ! module_of "$n" > /dev/null; then
+      echo "unknown server '$n'; known: ${ALL_NAMES[*]}" >&2
+      exit 2
+    fi
+  done
+  mkdir -p "$RUN_DIR"
+  local rc=0 n
+  case "$cmd" in
+    start)
+      # The demo site first: the search corpus links to it.
+      local ordered=()
+      if [[ " ${names[*]} " == *" demo_site "* ]]; then ordered+=(demo_site); fi
+      for n in "${names[@]}"; do if [[ "$n" != demo_site ]]; then ordered+=("$n"); fi; done
+      for n in "${ordered[@]}"; do start_one "$n" || rc=1; done
+      ;;
+    stop) for n in "${names[@]}"; do stop_one "$n" || rc=1; done ;;
+    status) for n in "${names[@]}"; do status_one "$n" || rc=3; done ;;
+    restart)
+      for n in "${names[@]}"; do stop_one "$n" || true; done
+      bash "${BASH_SOURCE[0]}" start "${names[@]}" || rc=1
+      ;;
+    -h | --help | help) usage ;;
+    *)
+      usage >&2
+      exit 2
+      ;;
+  esac
+  exit "$rc"
+}
+
+main "$@"
