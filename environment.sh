@@ -57,6 +57,33 @@ export WEB_SEARCH_SERPER_API_KEY="${WEB_SEARCH_SERPER_API_KEY:-}"
 # Jina Reader key for the crawl server; empty = pages are fetched directly.
 export JINA_API_KEY="${JINA_API_KEY:-}"
 
+# ---- search server settings (python -m afm.servers.search_server; server/start_servers.sh) -------------------------
+# Backend: serper | local (BM25 over WEB_SEARCH_CORPUS) | auto (serper when a key is set, else local).
+export WEB_SEARCH_BACKEND="${WEB_SEARCH_BACKEND:-auto}"
+# JSONL corpus {id, title, url, text} for the local backend; empty = the demo corpus written by start_servers.sh.
+export WEB_SEARCH_CORPUS="${WEB_SEARCH_CORPUS:-}"
+# Persistent cache shared by the workers: a SQLite path, a redis:// URL (several nodes), or off.
+export WEB_SEARCH_CACHE="${WEB_SEARCH_CACHE:-$HOME/.cache/afm/search_cache.sqlite}"
+export WEB_SEARCH_CACHE_TTL="${WEB_SEARCH_CACHE_TTL:-604800}"
+
+# ---- crawl server settings (python -m afm.servers.crawl_server) ----------------------------------------------------
+# Non-public targets the crawler may fetch (hosts, CIDRs, host:port; comma-separated). Loopback, private,
+# link-local and cloud-metadata addresses are refused unless listed here (metadata always is).
+export CRAWL_PAGE_ALLOW="${CRAWL_PAGE_ALLOW:-}"
+export CRAWL_CACHE="${CRAWL_CACHE:-$HOME/.cache/afm/crawl_cache.sqlite}"
+# Summary mode when a request names none: none | once | chunk | page.
+export CRAWL_SUMMARY_TYPE="${CRAWL_SUMMARY_TYPE:-once}"
+# Port of the offline demo web site the quickstart and tests crawl.
+export AFM_DEMO_SITE_PORT="${AFM_DEMO_SITE_PORT:-9002}"
+
+# ---- wiki retrieval server settings (python -m afm.servers.wiki_server) --------------------------------------------
+# Search-R1-style JSONL {id, contents}; empty = the demo wiki corpus. Retriever: bm25 | dense (e5 + FAISS).
+export WIKI_CORPUS="${WIKI_CORPUS:-}"
+export WIKI_RETRIEVER="${WIKI_RETRIEVER:-bm25}"
+export WIKI_DENSE_MODEL="${WIKI_DENSE_MODEL:-intfloat/e5-base-v2}"
+# Bearer token the servers require (and the tool clients send); exported only when set.
+if [[ -n "${AFM_SERVER_TOKEN:-}" ]]; then export AFM_SERVER_TOKEN; fi
+
 # ---- page summary LLM (crawl server; any OpenAI-compatible endpoint, e.g. a local vLLM) -----------------------------
 # Empty base URL = pages are returned as extracted text, not summarised.
 export SUMMARY_OPENAI_API_BASE_URL="${SUMMARY_OPENAI_API_BASE_URL:-}"

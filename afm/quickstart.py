@@ -95,12 +95,12 @@ def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_ep
     work.mkdir(parents=True, exist_ok=True)
     model = work / "tiny-qwen2"
     if not (model / "config.json").exists():
-        print(f"[1/5] building a tiny Qwen2 model and tokenizer in {model}", flush=True)
+        print(f"[1/6] building a tiny Qwen2 model and tokenizer in {model}", flush=True)
         build_tiny_model(model, tokenizer_corpus(seed), hidden_size=128, intermediate_size=256, seed=seed)
     else:
-        print(f"[1/5] reusing the tiny model in {model}", flush=True)
+        print(f"[1/6] reusing the tiny model in {model}", flush=True)
     data = work / "data"
-    print(f"[2/5] writing demo CoA trajectories to {data}", flush=True)
+    print(f"[2/6] writing demo CoA trajectories to {data}", flush=True)
     write_demo_data(data, n_sft=n_sft, n_dpo=n_dpo, seed=seed)
 
     sft_out, dpo_out = work / "sft", work / "dpo"
@@ -111,7 +111,7 @@ def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_ep
                                               pref_beta=0.1, pref_loss="sigmoid")))
     afm_sft = [sys.executable, "-m", "afm.sft.cli"]
 
-    print("[3/5] masking report for the SFT set", flush=True)
+    print("[3/6] masking report for the SFT set", flush=True)
     report_json = work / "mask_report.json"
     _run([*afm_sft, "mask-report", str(sft_cfg), "--show", "1", "--json", str(report_json)], work / "mask_report.log")
     log_text = (work / "mask_report.log").read_text()
@@ -121,15 +121,21 @@ def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_ep
     if sample.startswith("--- sample"):
         print("\n".join(sample.splitlines()[:24]))
 
-    print("[4/5] masked SFT, then masked DPO (LLaMA-Factory through afm-sft)", flush=True)
+    print("[4/6] masked SFT, then masked DPO (LLaMA-Factory through afm-sft)", flush=True)
     _run([*afm_sft, "train", str(sft_cfg)], work / "sft.log")
     _run([*afm_sft, "train", str(dpo_cfg)], work / "dpo.log")
 
     curves = {"sft": losses(sft_out), "dpo": losses(dpo_out)}
-    print("[5/5] loss curves", flush=True)
+    print("[5/6] loss curves", flush=True)
     for name, points in curves.items():
         print(f"\n{name.upper()} loss ({len(points)} steps)")
         print(ascii_curve(points))
+    print("\n[6/6] rollouts: the SFT model answers demo questions through the engine, with the local search server "
+          "and the code sandbox as tools", flush=True)
+    from afm.demo.agent_demo import run_agent_demo
+
+    rollouts = run_agent_demo(sft_out, work / "rollouts")
     print(f"\nDone in {time.time() - t0:.0f}s. Outputs in {work}: sft/ and dpo/ (checkpoints, training_loss.png), "
-          "mask_report.json, *.log")
-    return {"workdir": str(work), "curves": curves, "mask_report": json.loads(report_json.read_text())}
+          "mask_report.json, rollouts/trajectories.jsonl, *.log")
+    return {"workdir": str(work), "curves": curves, "mask_report": json.loads(report_json.read_text()),
+            "rollouts": rollouts}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,11 @@ def test_quickstart_runs_end_to_end(tmp_path, capsys):
     assert len(result["curves"]["sft"]) >= 2 and len(result["curves"]["dpo"]) >= 1
     assert result["mask_report"]["train"]["samples_dropped"] == 2
     assert (tmp_path / "qs" / "dpo" / "model.safetensors").exists()
+    # step 6: rollouts through the engine with the real search server and sandbox
+    rollouts = result["rollouts"]
+    records = [json.loads(line) for line in Path(rollouts["trajectories"]).read_text().splitlines()]
+    assert len(records) == 4 and rollouts["summary"]["trajectories"] == 4
+    for r in records:
+        assert r["finish_reason"] in ("answer", "eos", "max_tokens", "max_turns")
+        assert r["segments"] and r["segments"][0]["kind"] == "model" and r["counts"]["model_tokens"] > 0
+    assert "rollouts: the SFT model answers demo questions" in out and "finish reasons:" in out

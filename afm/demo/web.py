@@ -71,6 +71,17 @@ DEMO_DOCUMENTS: tuple[DemoDocument, ...] = (
     )),
 )
 
+def _place_documents() -> tuple[DemoDocument, ...]:
+    """Pages for the towns of the demo SFT data (afm.demo.data), so a model trained on it can search for them."""
+    from afm.demo.data import _FOUNDERS, _PLACES, _RIVERS
+
+    return tuple(DemoDocument(place.lower(), place, (f"{place} is a town on the River {river}.",
+                                                     f"{place} was founded by {founder} beside the River {river}."))
+                 for place, river, founder in zip(_PLACES, _RIVERS, _FOUNDERS, strict=True))
+
+
+DEMO_DOCUMENTS = DEMO_DOCUMENTS + _place_documents()
+
 # (question, answer, hops): the answers follow from DEMO_DOCUMENTS only.
 DEMO_QUESTIONS: tuple[tuple[str, str, int], ...] = (
     ("What is the capital of Veltria?", "Marrowgate", 1),
