@@ -1,0 +1,173 @@
+"""Code rewards: the last code block of the answer, run against the problem's tests in the sandbox.
+
+Ground truths (``gt.data``), all accepted as dicts or JSON strings:
+
+* LiveCodeBench stdin problems ``{"stdin": [...], "expected_output": [...], "question_id": ...}``;
+* LiveCodeBench LeetCode problems ``{"functional": "<assert code calling Solution()>", "question_id": ...}``;
+* APPS/CodeContests style ``{"inputs": [...], "outputs": [...], "fn_name"?: ...}`` (stdin tests, or functional
+  calls of ``fn_name`` with newline-separated JSON arguments);
+* HumanEval style ``{"test": "<def check(candidate): ...>", "entry_point": "f", "import_prefix"?: ...}``.
+
+When a processed test-case folder is configured (option ``code_tests_dir`` or ``$LIVECODEBENCH_TESTCASES_DIR``;
+written by the evaluation's LiveCodeBench processing) and holds ``<question_id>.json`` with ``{"tests": [{input,
+output, testtype}], "fn_name"?}`` (public and private tests), those tests replace the inline public ones. A
+configured folder without the file is reported in ``error`` and the inline tests are used.
+
+Score 1 when every test passes (LiveCodeBench's pass@1 rule), else 0. Options: ``code_timeout`` (s per test,
+default 6), ``code_memory_mb`` (default 4096), ``code_float_tol`` (default 0: numbers must be equal, as in LCB),
+``code_sandbox`` (a :class:`afm.sandbox.SandboxConfig` mapping for the shared sandbox).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from afm.rewards.ground_truth import GroundTruth
+from afm.sandbox import Limits, Sandbox, SandboxConfig
+from afm.sandbox.grading import GradeResult, agrade, agrade_asserts
+from afm.trajectory import last_answer
+
+FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+TESTS_DIR_ENV = "LIVECODEBENCH_TESTCASES_DIR"
+PRED_CHARS = 4000
+
+_sandbox: Sandbox | None = None
+_sandbox_lock = threading.Lock()
+
+
+def extract_code(answer: str) -> str | None:
+    """The last fenced Python (or unlabelled) block of ``answer``; the raw answer when it parses as Python."""
+    blocks = [(lang.lower(), body) for lang, body in FENCE.findall(answer)]
+    py = [b for lang, b in blocks if lang in ("", "py", "python", "python3")]
+    if py:
+        return py[-1].strip("\n")
+    if blocks:
+        return None  # only blocks in other languages
+    text = answer.strip()
+    if text and "\n" in text:
+        try:
+            ast.parse(text)
+            return text
+        except SyntaxError:
+            return None
+    return None
+
+
+def shared_sandbox(config: dict[str, Any] | None = None) -> Sandbox:
+    """One pooled sandbox per process for all code rewards (created on first use)."""
+    global _sandbox
+    with _sandbox_lock:
+        if _sandbox is None:
+            cfg = {"mode": "pool", "preload": [], "limits": {"wall_s": 30, "memory_mb": 4096,
+                                                             "output_bytes": 10_000_000}}
+            cfg.update(config or {})
+            _sandbox = Sandbox(SandboxConfig.from_mapping(cfg))
+        return _sandbox
+
+
+def _listish(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return [value]
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _tests_file(data: dict[str, Any], options: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    directory = options.get("code_tests_dir") or os.environ.get(TESTS_DIR_ENV)
+    qid = data.get("question_id")
+    if not directory or qid is None:
+        return None, ""
+    path = Path(directory) / f"{qid}.json"
+    if not path.exists():
+        return None, f"no test-case file {path}; graded on the inline tests only"
+    return json.loads(path.read_text()), ""
+
+
+async def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: dict[str, Any] | None = None,
+                **options: Any) -> dict[str, Any]:
+    """Grade a code answer (see the module docstring); ``acc`` is 1 only when all tests pass."""
+    data = dict(gt.data or {})
+    if "target" in data and len(data) == 1 and isinstance(data["target"], list):
+        data = {"inputs": [t.get("input") for t in data["target"]], "outputs": [t.get("output")
+                                                                                  for t in data["target"]]}
+    answer = last_answer(solution_str)
+    if answer is None:
+        return {"acc": 0, "score": 0.0, "pred": "", "method": "no_answer", "error": "", "details": {}}
+    code = extract_code(answer)
+    if code is None:
+        return {"acc": 0, "score": 0.0, "pred": answer[:PRED_CHARS], "method": "no_code", "error": "",
+                "details": {"reason": "no python code block in the answer"}}
+    timeout = float(options.get("code_timeout", 6.0))
+    limits = Limits(wall_s=timeout, memory_mb=int(options.get("code_memory_mb", 4096)), output_bytes=10_000_000)
+    float_tol = float(options.get("code_float_tol", 0.0))
+    sb = shared_sandbox(options.get("code_sandbox"))
+    file_data, error = _tests_file(data, options)
+    result = await _grade(sb, code, file_data or data, data_source, limits, float_tol)
+    acc = int(result.passed)
+    first = next((o for o in result.outcomes if o.status not in ("passed", "skipped")), None)
+    details = {"passed": result.n_passed, "total": result.n_tests, "status": result.status,
+               "question_id": data.get("question_id"), "tests_from": "file" if file_data else "inline",
+               "first_failure": None if first is None else {"kind": first.status, "test": first.index,
+                                                            "stderr": first.message[-500:]}}
+    infra = result.status == "sandbox_error"
+    return {"acc": acc, "score": float(acc), "pred": code[:PRED_CHARS], "method": "code_tests",
+            "error": (error or "") + ("sandbox failure" if infra else ""), "details": details}
+
+
+async def _grade(sb: Sandbox, code: str, data: dict[str, Any], data_source: str, limits: Limits,
+                 float_tol: float) -> GradeResult:
+    n_budget = 1
+    if "tests" in data:  # processed test-case file
+        tests = list(data["tests"])
+        fn = data.get("fn_name") or (data.get("metadata") or {}).get("func_name")
+        functional = any(t.get("testtype") == "functional" for t in tests)
+        n_budget = len(tests)
+        return await agrade(sb, code, tests, fn_name=fn if functional else None, limits=limits,
+                            total_timeout_s=_budget(limits, n_budget), float_tol=float_tol)
+    if "stdin" in data or "expected_output" in data:
+        ins, outs = _listish(data.get("stdin", [])), _listish(data.get("expected_output", []))
+        if len(ins) != len(outs) or not ins:
+            raise ValueError(f"{data_source}: stdin and expected_output must be non-empty lists of equal length")
+        tests = [{"input": str(i), "output": str(o)} for i, o in zip(ins, outs, strict=True)]
+        return await agrade(sb, code, tests, limits=limits, total_timeout_s=_budget(limits, len(tests)),
+                            float_tol=float_tol)
+    if "functional" in data:
+        return await agrade_asserts(sb, _with_header(code), str(data["functional"]), limits=limits)
+    if "inputs" in data and "outputs" in data:
+        ins, outs = _listish(data["inputs"]), _listish(data["outputs"])
+        if len(ins) != len(outs) or not ins:
+            raise ValueError(f"{data_source}: inputs and outputs must be non-empty lists of equal length")
+        fn = data.get("fn_name")
+        if fn:
+            tests = [{"input": i if isinstance(i, str) else "\n".join(json.dumps(a) for a in i),
+                      "output": o if isinstance(o, str) else json.dumps(o)} for i, o in zip(ins, outs, strict=True)]
+        else:
+            tests = [{"input": str(i), "output": str(o)} for i, o in zip(ins, outs, strict=True)]
+        return await agrade(sb, code, tests, fn_name=fn, limits=limits, total_timeout_s=_budget(limits, len(tests)),
+                            float_tol=float_tol)
+    if "test" in data:
+        entry = data.get("entry_point")
+        checks = str(data["test"]) + (f"\n\ncheck({entry})\n" if entry else "")
+        program = (str(data.get("import_prefix") or "") + "\n" + code).strip("\n")
+        return await agrade_asserts(sb, program, checks, limits=limits)
+    raise ValueError(f"{data_source}: code ground truth needs stdin/expected_output, functional, inputs/outputs or "
+                     f"test; got keys {sorted(data)}")
+
+
+def _budget(limits: Limits, n: int) -> float:
+    """LiveCodeBench's global budget: (timeout + 1) per test + 5 s, at most 300 s."""
+    return min((limits.wall_s + 1) * n + 5, 300.0)
+
+
+def _with_header(code: str) -> str:
+    from afm.sandbox.grading import FUNCTIONAL_HEADER
+
+    return FUNCTIONAL_HEADER + code

@@ -1,0 +1,446 @@
+"""LLM-as-judge for web and QA answers over any OpenAI-compatible chat API, with retries, a cache and a limit.
+
+One :class:`Judge` owns one background event loop (a daemon thread) that holds its HTTP client and its
+concurrency semaphore, so the limit is shared by every caller of that judge: sync callers in many threads and
+async callers in any event loop (verl's reward workers, the evaluator) all go through it.
+
+- **Prompt**: question, gold answer(s) and the prediction (the last ``<answer>`` body); the judge replies with a
+  short rationale and ``correct``/``incorrect`` as JSON. :data:`PROMPT_VERSION` changes whenever the wording does,
+  which invalidates cached verdicts.
+- **Parsing**: :func:`afm.rewards.verdict.parse_verdict` (fences, prose, single quotes, plain yes/no).
+- **Retries**: 408/409/425/429/5xx, timeouts, connection errors, malformed bodies and unparsable verdicts are
+  retried with exponential backoff and jitter (``Retry-After`` honoured up to ``max_backoff``); other 4xx fail at
+  once. A judge that still fails yields a :class:`Verdict` with ``correct=None`` and the error, never an exception.
+- **Cache**: :mod:`afm.kvcache` (SQLite file or Redis URL), keyed by (model, prompt version, k, question, golds,
+  prediction); only complete verdicts are stored.
+- **Majority of k**: ``k`` independent requests; the majority of the votes that succeeded decides, a tie is
+  incorrect. Use a temperature above 0 with ``k > 1``.
+
+Env: ``GRM_BASE_URL`` (judge is configured only when set), ``GRM_API_KEY``, ``GRM_MODEL_NAME`` (default
+``gpt-4.1-mini``), ``AFM_JUDGE_CACHE`` (path or ``redis://`` URL; ``off`` disables; default
+``~/.cache/afm/judge.sqlite``), ``AFM_JUDGE_CONCURRENCY`` (64), ``AFM_JUDGE_TIMEOUT`` (60 s),
+``AFM_JUDGE_K`` (1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import json
+import logging
+import os
+import random
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from afm.kvcache import KVCache, cache_key, open_cache
+from afm.rewards.ground_truth import GroundTruth
+from afm.rewards.qa import qa_match, resolve_mode
+from afm.rewards.verdict import parse_verdict
+from afm.trajectory import last_answer
+
+logger = logging.getLogger(__name__)
+
+PROMPT_VERSION = "afm-judge-v1"
+DEFAULT_MODEL = "gpt-4.1-mini"
+SYSTEM_PROMPT = "You grade answers to questions. You are strict about facts and lenient about wording."
+PROMPT_TEMPLATE = """Decide whether the predicted answer to the question is correct, using the gold answer(s) as the reference.
+
+Question: {question}
+Gold answer(s): {golds}
+Predicted answer: {prediction}
+
+Rules:
+- Correct: the prediction states the same answer as one of the gold answers, even if the wording, order, format,
+  units or amount of detail differ, and it adds nothing that contradicts the gold answer.
+- Incorrect: it gives a different answer, is vaguer than the gold answer, hedges between several answers, or adds a
+  wrong claim.
+- Judge only the predicted answer; do not solve the question yourself.
+
+Reply with one JSON object and nothing else:
+{{"rationale": "<one or two sentences>", "judgement": "correct" or "incorrect"}}"""
+
+_RETRY_STATUS = frozenset({408, 409, 425, 429})
+_OFF = ("", "off", "none", "0", "false", "disabled")
+
+
+def default_cache_location() -> str:
+    """``AFM_JUDGE_CACHE``, else ``$XDG_CACHE_HOME/afm/judge.sqlite`` (``~/.cache`` by default)."""
+    env = os.environ.get("AFM_JUDGE_CACHE")
+    if env is not None:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "afm" / "judge.sqlite")
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Where the judge is and how it behaves; :meth:`from_env` reads the ``GRM_*``/``AFM_JUDGE_*`` variables."""
+
+    base_url: str | None = None  # OpenAI-compatible base URL ending in /v1; None = no judge configured
+    api_key: str | None = None
+    model: str = DEFAULT_MODEL
+    timeout: float = 60.0  # seconds per HTTP request, whole reply included
+    max_retries: int = 4  # attempts = 1 + max_retries
+    backoff: float = 1.0  # wait before the first retry; doubles each retry (with jitter)
+    max_backoff: float = 30.0
+    concurrency: int = 64  # requests in flight per Judge instance
+    k: int = 1  # votes per verdict (majority)
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    cache: str = field(default_factory=default_cache_location)  # path, redis:// URL, or "off"
+    cache_ttl: float | None = None  # seconds; None keeps verdicts forever
+
+    def __post_init__(self) -> None:
+        checks = {"timeout": self.timeout > 0, "max_retries": self.max_retries >= 0, "backoff": self.backoff >= 0,
+                  "concurrency": self.concurrency >= 1, "k": self.k >= 1, "max_tokens": self.max_tokens >= 1}
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"invalid JudgeConfig values: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
+
+    @property
+    def configured(self) -> bool:
+        """True when a judge endpoint is set."""
+        return bool(self.base_url)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> JudgeConfig:
+        """Config from the environment, then ``overrides`` (field names) on top."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {
+            "base_url": env.get("GRM_BASE_URL") or None,
+            "api_key": env.get("GRM_API_KEY") or None,
+            "model": env.get("GRM_MODEL_NAME") or DEFAULT_MODEL,
+        }
+        for name, var, cast in (("concurrency", "AFM_JUDGE_CONCURRENCY", int), ("timeout", "AFM_JUDGE_TIMEOUT", float),
+                                ("k", "AFM_JUDGE_K", int)):
+            if env.get(var):
+                values[name] = cast(env[var])
+        if "AFM_JUDGE_CACHE" in env:
+            values["cache"] = env["AFM_JUDGE_CACHE"]
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's decision. ``correct`` is None when every attempt failed (``error`` says why)."""
+
+    correct: bool | None
+    votes: tuple[bool, ...] = ()
+    rationale: str = ""
+    cached: bool = False
+    error: str = ""
+    attempts: int = 0
+
+
+@dataclass
+class JudgeStats:
+    """Counters kept by a judge (updated on its loop thread)."""
+
+    requests: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+
+def build_messages(question: str, golds: Sequence[str], prediction: str) -> list[dict[str, str]]:
+    """The chat messages sent to the judge."""
+    gold_text = golds[0] if len(golds) == 1 else json.dumps(list(golds), ensure_ascii=False)
+    user = PROMPT_TEMPLATE.format(question=question.strip() or "(not given)", golds=gold_text,
+                                  prediction=prediction.strip())
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def _reply_content(body: Any) -> str | None:
+    try:
+        choice = body["choices"][0]
+        content = choice["message"]["content"] if "message" in choice else choice["text"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return content if isinstance(content, str) else None
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    try:
+        return float(headers.get("retry-after", ""))
+    except ValueError:
+        return None
+
+
+class Judge:
+    """An OpenAI-compatible judge; see the module docstring. Thread-safe and usable from any event loop."""
+
+    def __init__(self, config: JudgeConfig | None = None, **overrides: Any) -> None:
+        self.config = replace(config, **overrides) if config is not None else JudgeConfig.from_env(**overrides)
+        self.stats = JudgeStats()
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._sem: asyncio.Semaphore | None = None
+        self._cache: KVCache | None = None
+        self._cache_opened = False
+
+    # -- background loop -------------------------------------------------------------------------------------
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                # First use, or a forked child: the parent's thread and sockets do not exist here.
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="afm-judge", daemon=True)
+                thread.start()
+                self._loop, self._thread, self._pid = loop, thread, os.getpid()
+                self._client = self._sem = self._cache = None
+                self._cache_opened = False
+            return self._loop
+
+    def _submit(self, coro: Coroutine[Any, Any, Verdict]) -> concurrent.futures.Future[Verdict]:
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())
+
+    async def ajudge(self, question: str, golds: Sequence[str], prediction: str) -> Verdict:
+        """Judge ``prediction`` against ``golds`` (awaitable from any event loop)."""
+        return await asyncio.wrap_future(self._submit(self._judge(question, list(golds), prediction)))
+
+    def judge(self, question: str, golds: Sequence[str], prediction: str) -> Verdict:
+        """Blocking form of :meth:`ajudge` (any thread, including one that runs another event loop)."""
+        if self._thread is threading.current_thread():
+            raise RuntimeError("Judge.judge() called from the judge's own loop; await ajudge() instead")
+        return self._submit(self._judge(question, list(golds), prediction)).result()
+
+    def close(self) -> None:
+        """Close the HTTP client and the cache and stop the loop thread."""
+        with self._lock:
+            loop, thread, mine = self._loop, self._thread, self._pid == os.getpid()
+            self._loop = self._thread = None
+        if loop is None or not mine:
+            return
+
+        async def shutdown() -> None:
+            # Runs on the loop thread, which owns the client and the cache's (thread-local) SQLite connection.
+            if self._client is not None:
+                await self._client.aclose()
+            if self._cache is not None:
+                self._cache.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
+        except Exception as exc:  # closing must not mask the caller's own error
+            logger.debug("judge close failed: %s", exc)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=10)
+        if not loop.is_running():
+            loop.close()
+        self._client = self._sem = self._cache = None
+        self._cache_opened = False
+
+    # -- work (runs on the loop thread) ----------------------------------------------------------------------
+    def _get_cache(self) -> KVCache | None:
+        if not self._cache_opened:
+            self._cache_opened = True
+            location = self.config.cache
+            if location.strip().lower() not in _OFF:
+                self._cache = open_cache(location, namespace="judge", ttl=self.config.cache_ttl)
+        return self._cache
+
+    def _http(self) -> Any:
+        if self._client is None:
+            try:
+                import httpx
+            except ImportError as exc:  # pragma: no cover - httpx ships with the servers extra
+                raise ImportError("the LLM judge needs httpx: pip install 'afm[servers]'") from exc
+            limit = self.config.concurrency
+            self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=limit,
+                                                                 max_keepalive_connections=limit),
+                                             timeout=httpx.Timeout(self.config.timeout))
+            self._sem = asyncio.Semaphore(limit)
+        return self._client
+
+    def cache_key(self, question: str, golds: Sequence[str], prediction: str) -> str:
+        """The cache key of a verdict."""
+        return cache_key(self.config.model, PROMPT_VERSION, self.config.k, question,
+                         json.dumps(list(golds), ensure_ascii=False), prediction)
+
+    async def _judge(self, question: str, golds: list[str], prediction: str) -> Verdict:
+        cache = self._get_cache()
+        key = self.cache_key(question, golds, prediction)
+        if cache is not None:
+            hit = cache.get(key)
+            if hit is not None:
+                self.stats.cache_hits += 1
+                stored = json.loads(hit)
+                return Verdict(stored["correct"], tuple(stored["votes"]), stored.get("rationale", ""), cached=True)
+        messages = build_messages(question, golds, prediction)
+        results = await asyncio.gather(*(self._vote(messages) for _ in range(self.config.k)))
+        votes = tuple(v for v, _, _, _ in results if v is not None)
+        attempts = sum(r[2] for r in results)
+        errors = "; ".join(dict.fromkeys(r[3] for r in results if r[0] is None))
+        if not votes:
+            self.stats.failures += 1
+            return Verdict(None, error=errors or "judge gave no verdict", attempts=attempts)
+        correct = 2 * sum(votes) > len(votes)
+        rationale = next(r[1] for r in results if r[0] is correct)
+        if cache is not None and len(votes) == self.config.k:
+            cache.set(key, json.dumps({"correct": correct, "votes": list(votes), "rationale": rationale[:2000]}))
+        return Verdict(correct, votes, rationale, error=errors, attempts=attempts)
+
+    def _delay(self, retry: int, retry_after: float | None) -> float:
+        cfg = self.config
+        delay = min(cfg.max_backoff, cfg.backoff * 2 ** (retry - 1)) * (0.5 + random.random() / 2)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, cfg.max_backoff))
+        return delay
+
+    async def _vote(self, messages: list[dict[str, str]]) -> tuple[bool | None, str, int, str]:
+        """One vote with retries: ``(verdict, rationale, attempts, last_error)``."""
+        import httpx
+
+        cfg = self.config
+        client = self._http()
+        url = cfg.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        body = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
+                "max_tokens": cfg.max_tokens}
+        error, retry_after = "", None
+        for attempt in range(cfg.max_retries + 1):
+            if attempt:
+                self.stats.retries += 1
+                await asyncio.sleep(self._delay(attempt, retry_after))
+            retry_after = None
+            try:
+                async with self._sem:
+                    self.stats.requests += 1
+                    self.stats.in_flight += 1
+                    self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+                    try:
+                        async with asyncio.timeout(cfg.timeout):
+                            resp = await client.post(url, json=body, headers=headers)
+                    finally:
+                        self.stats.in_flight -= 1
+            except (TimeoutError, httpx.TimeoutException):
+                error = f"judge request timed out after {cfg.timeout:g}s"
+                continue
+            except httpx.HTTPError as exc:
+                error = f"judge request failed: {type(exc).__name__}: {exc}"
+                continue
+            status = resp.status_code
+            if status in _RETRY_STATUS or status >= 500:
+                error, retry_after = f"judge HTTP {status}: {resp.text[:200]}", _retry_after(resp.headers)
+                continue
+            if status >= 400:
+                return None, "", attempt + 1, f"judge HTTP {status} (not retried): {resp.text[:200]}"
+            try:
+                content = _reply_content(resp.json())
+            except ValueError:
+                content = None
+            if content is None:
+                error = f"malformed judge response: {resp.text[:200]!r}"
+                continue
+            verdict, rationale = parse_verdict(content)
+            if verdict is None:
+                error = f"no verdict in judge reply: {content[:200]!r}"
+                continue
+            return verdict, rationale, attempt + 1, ""
+        logger.warning("judge gave up after %d attempts: %s", cfg.max_retries + 1, error)
+        return None, "", cfg.max_retries + 1, error
+
+
+_JUDGES: dict[JudgeConfig, Judge] = {}
+_JUDGES_LOCK = threading.Lock()
+_JUDGE_FIELDS = frozenset(f.name for f in fields(JudgeConfig))
+
+
+def judge_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``JudgeConfig`` overrides from compute_score options named ``judge_<field>``; unknown names raise."""
+    out = {}
+    for name, value in options.items():
+        if name.startswith("judge_"):
+            fname = name[len("judge_"):]
+            if fname not in _JUDGE_FIELDS:
+                raise ValueError(f"unknown judge option {name!r}; known: "
+                                 f"{', '.join('judge_' + f for f in sorted(_JUDGE_FIELDS))}")
+            out[fname] = value
+    return out
+
+
+def get_judge(**overrides: Any) -> Judge:
+    """The shared judge for the environment's config plus ``overrides`` (one instance per distinct config)."""
+    config = JudgeConfig.from_env(**overrides)
+    with _JUDGES_LOCK:
+        judge = _JUDGES.get(config)
+        if judge is None:
+            judge = _JUDGES[config] = Judge(config)
+        return judge
+
+
+@atexit.register
+def _close_judges() -> None:
+    with _JUDGES_LOCK:
+        judges = list(_JUDGES.values())
+        _JUDGES.clear()
+    for judge in judges:
+        judge.close()
+
+
+def config_summary(config: JudgeConfig) -> dict[str, Any]:
+    """The config without the API key (for logs and reports)."""
+    data = asdict(config)
+    data["api_key"] = "***" if config.api_key else None
+    return data
+
+
+# -- registry scorers ----------------------------------------------------------------------------------------
+def _question(gt: GroundTruth, extra_info: Mapping[str, Any], question: str | None) -> str:
+    return str(gt.question or extra_info.get("question") or question or "")
+
+
+def _result(verdict: Verdict | None, pred: str, gt: GroundTruth, mode: str) -> dict[str, Any]:
+    em, f1 = qa_match(pred, gt.targets, mode)
+    details: dict[str, Any] = {"em": float(em), "f1": round(f1, 6), "qa_mode": mode}
+    if verdict is None or verdict.correct is None:
+        # No judge, or a judge that kept failing: normalised EM, labelled as such.
+        return {"acc": float(em), "pred": pred, "method": "em_f1_fallback",
+                "error": verdict.error if verdict else "", "details": details}
+    details.update(votes=[int(v) for v in verdict.votes], cached=verdict.cached, attempts=verdict.attempts,
+                   rationale=verdict.rationale[:500])
+    return {"acc": float(verdict.correct), "pred": pred, "method": "judge", "error": verdict.error,
+            "details": details}
+
+
+def _prepare(solution_str: str, extra_info: Mapping[str, Any], judge: Judge | None, qa_mode: str | None,
+             options: Mapping[str, Any]) -> tuple[str | None, str, Judge]:
+    mode = resolve_mode(qa_mode, dict(extra_info))
+    return last_answer(solution_str), mode, judge or get_judge(**judge_overrides(options))
+
+
+async def score_async(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: dict[str, Any],
+                      judge: Judge | None = None, qa_mode: str | None = None, question: str | None = None,
+                      **options: Any) -> dict[str, Any]:
+    """Registry scorer (async): judge the last ``<answer>``; EM/F1 fallback without a working judge."""
+    pred, mode, judge = _prepare(solution_str, extra_info, judge, qa_mode, options)
+    if not pred:
+        return {"acc": 0.0, "pred": "", "method": "no_answer"}
+    if not judge.config.configured:
+        return _result(None, pred, gt, mode)
+    verdict = await judge.ajudge(_question(gt, extra_info, question), gt.targets, pred)
+    return _result(verdict, pred, gt, mode)
+
+
+def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: dict[str, Any],
+          judge: Judge | None = None, qa_mode: str | None = None, question: str | None = None,
+          **options: Any) -> dict[str, Any]:
+    """Registry scorer (blocking form of :func:`score_async`)."""
+    pred, mode, judge = _prepare(solution_str, extra_info, judge, qa_mode, options)
+    if not pred:
+        return {"acc": 0.0, "pred": "", "method": "no_answer"}
+    if not judge.config.configured:
+        return _result(None, pred, gt, mode)
+    return _result(judge.judge(_question(gt, extra_info, question), gt.targets, pred), pred, gt, mode)

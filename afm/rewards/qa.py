@@ -1,0 +1,99 @@
+"""QA answer matching: SQuAD/Search-R1 normalisation, exact match, token F1, ``|``-separated multi-answers.
+
+Rule for multi-answer predictions (the MHQA prompt asks for answers separated by ``|``), as in the original's
+``mhqa_train``/``mhqa_eval``:
+
+- **train**: the prediction is split on ``|`` and empty parts are dropped; it is correct iff at least one part
+  remains and *every* part, normalised, equals one of the normalised gold answers. (The original accepted a
+  prediction with no non-empty part, vacuously; we do not.)
+- **eval**: only the first ``|``-separated part counts; it is correct iff, normalised, it equals a gold answer.
+
+Gold answers are aliases of one answer and are never split. F1 is reported beside EM: train, the mean over parts of
+each part's best F1; eval, the first part's best F1. Normalisation uses ASCII punctuation only, exactly like the
+SQuAD script, so EM figures stay comparable with published ones.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from afm.rewards.ground_truth import GroundTruth
+from afm.trajectory import last_answer
+
+QA_MODES = ("train", "eval")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, drop ASCII punctuation and the articles a/an/the, collapse whitespace."""
+    text = text.lower().translate(_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, golds: Iterable[str]) -> bool:
+    """True iff ``prediction`` equals one of ``golds`` after :func:`normalize_answer`."""
+    pred = normalize_answer(prediction)
+    return any(pred == normalize_answer(g) for g in golds)
+
+
+def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred_tokens), common / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_score(prediction: str, golds: Iterable[str]) -> float:
+    """Best token-level F1 of ``prediction`` against any gold answer (normalised tokens)."""
+    pred_tokens = normalize_answer(prediction).split()
+    return max((_f1(pred_tokens, normalize_answer(g).split()) for g in golds), default=0.0)
+
+
+def split_parts(prediction: str) -> list[str]:
+    """The non-empty ``|``-separated parts of a prediction, stripped."""
+    return [p.strip() for p in prediction.split("|") if p.strip()]
+
+
+def qa_match(prediction: str, golds: Sequence[str], mode: str = "train") -> tuple[bool, float]:
+    """``(em, f1)`` of ``prediction`` against ``golds`` under the module's multi-answer rule for ``mode``."""
+    if mode not in QA_MODES:
+        raise ValueError(f"qa_mode must be one of {QA_MODES}, got {mode!r}")
+    if mode == "eval":
+        first = prediction.split("|")[0].strip()
+        if not first:
+            return False, 0.0
+        return exact_match(first, golds), f1_score(first, golds)
+    parts = split_parts(prediction)
+    if not parts:
+        return False, 0.0
+    gold_set = {normalize_answer(g) for g in golds}
+    em = all(normalize_answer(p) in gold_set for p in parts)
+    return em, sum(f1_score(p, golds) for p in parts) / len(parts)
+
+
+def resolve_mode(qa_mode: str | None, extra_info: dict[str, Any]) -> str:
+    """The QA mode: explicit ``qa_mode``, else eval for a test/val ``extra_info['split']``, else train."""
+    if qa_mode is not None:
+        if qa_mode not in QA_MODES:
+            raise ValueError(f"qa_mode must be one of {QA_MODES}, got {qa_mode!r}")
+        return qa_mode
+    split = str(extra_info.get("split", "")).lower()
+    return "eval" if split in ("test", "val", "valid", "validation", "eval", "dev") else "train"
+
+
+def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: dict[str, Any],
+          qa_mode: str | None = None, **_: Any) -> dict[str, Any]:
+    """Registry scorer: EM (and F1) of the last ``<answer>`` against the gold answers."""
+    mode = resolve_mode(qa_mode, extra_info)
+    pred = last_answer(solution_str)
+    if not pred:
+        return {"acc": 0.0, "pred": "", "method": "no_answer", "details": {"qa_mode": mode}}
+    em, f1 = qa_match(pred, gt.targets, mode)
+    return {"acc": float(em), "pred": pred, "method": "em",
+            "details": {"qa_mode": mode, "em": float(em), "f1": round(f1, 6)}}

@@ -1,0 +1,155 @@
+"""The reward entry point: ``compute_score(data_source, solution_str, ground_truth, extra_info=None, **options)``.
+
+Usable as verl's custom reward function (sync or async: ``reward.custom_reward_function.{path,name}`` with name
+``compute_score`` or ``compute_score_async``; verl's ``reward_kwargs`` arrive as ``options``) and by the evaluator.
+
+Steps: look the data source up in the registry, normalise the ground truth once, run the scorer, check the CoA
+format, combine (``format_mode``), add the DAPO overlong penalty. Every result has the same keys
+(:data:`RESULT_KEYS`), whatever the data source or outcome, because verl stacks each key across the batch:
+
+- ``score`` (float, the reward), ``acc`` (0.0/1.0: the answer alone), ``format_ok`` (0.0/1.0),
+  ``overlong_penalty`` (≤ 0) — numbers, averaged into metrics;
+- ``pred`` (the extracted answer; verl uses it for maj@k), ``method`` (``em``, ``math_verify``, ``judge``,
+  ``em_f1_fallback``, ``no_answer``, or the code scorer's), ``error`` (why a scorer degraded; ``""`` when none),
+  ``format_problems`` (comma-separated problem codes), ``data_source`` (the registered name), ``details`` (a JSON
+  object as a string: scorer specifics such as F1, votes, parsed forms).
+
+Options: ``format_mode`` (``score_only``|``multiply``|``penalty``, default ``score_only``), ``format_penalty``
+(0.5), ``format_tags`` (allowed tag names, list or comma string; default all registered), ``format_allow_text``
+(False); ``qa_mode`` (``train``|``eval``); ``math_timeout``; ``judge`` (a :class:`~afm.rewards.judge.Judge`) or
+``judge_<field>`` overrides of :class:`~afm.rewards.judge.JudgeConfig`; ``question``; overlong options of
+:func:`afm.rewards.length.penalty_from_options`. Unknown options are ignored (verl adds its own).
+
+Bad input (unknown data source, malformed ground truth) raises ValueError naming the data source. A judge that
+fails falls back to EM/F1 and a math timeout scores 0, each with ``error`` set; neither raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from afm.rewards.format import FORMAT_MODES, apply_format, format_problems
+from afm.rewards.ground_truth import GroundTruth, normalize_ground_truth
+from afm.rewards.length import penalty_from_options
+from afm.rewards.registry import ScorerSpec, get_scorer
+
+RESULT_KEYS = ("score", "acc", "pred", "method", "error", "format_ok", "format_problems", "overlong_penalty",
+               "data_source", "details")
+PRED_LIMIT = 4000  # characters of ``pred`` kept in the result (whole programs can be long)
+
+
+def _prepare(data_source: str, solution_str: str, ground_truth: Any,
+             extra_info: Mapping[str, Any] | None) -> tuple[ScorerSpec, GroundTruth, dict[str, Any]]:
+    if not isinstance(data_source, str) or not data_source:
+        raise ValueError(f"data_source must be a non-empty string, got {data_source!r}")
+    spec = get_scorer(data_source)
+    if not isinstance(solution_str, str):
+        raise ValueError(f"{data_source}: solution_str must be a str, got {type(solution_str).__name__}")
+    if extra_info is not None and not isinstance(extra_info, Mapping):
+        raise ValueError(f"{data_source}: extra_info must be a dict or None, got {type(extra_info).__name__}")
+    gt = normalize_ground_truth(ground_truth, data_source, spec.kind)
+    return spec, gt, dict(extra_info or {})
+
+
+def _tags(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    return [str(t) for t in value]
+
+
+class _Post(NamedTuple):
+    """What happens after the scorer, read and checked from the options before any scoring is spent.
+
+    A NamedTuple, not a dataclass: verl may exec this file outside ``sys.modules``, where @dataclass fails.
+    """
+
+    format_mode: str
+    format_penalty: float
+    format_tags: list[str] | None
+    format_allow_text: bool
+    overlong_penalty: float
+    overlong_note: str
+
+
+def _post_options(options: Mapping[str, Any], extra_info: Mapping[str, Any], data_source: str) -> _Post:
+    mode = options.get("format_mode", "score_only")
+    if mode not in FORMAT_MODES:
+        raise ValueError(f"{data_source}: format_mode must be one of {FORMAT_MODES}, got {mode!r}")
+    try:
+        penalty, note = penalty_from_options(options, extra_info)
+    except ValueError as exc:
+        raise ValueError(f"{data_source}: {exc}") from None
+    return _Post(mode, float(options.get("format_penalty", 0.5)), _tags(options.get("format_tags")),
+                 bool(options.get("format_allow_text", False)), penalty, note)
+
+
+def _finish(raw: Any, spec: ScorerSpec, solution_str: str, post: _Post) -> dict[str, Any]:
+    if not isinstance(raw, Mapping) or "acc" not in raw:
+        raise TypeError(f"scorer for {spec.name!r} returned {type(raw).__name__} without 'acc'; "
+                        "scorers return a dict with at least 'acc'")
+    acc = float(raw["acc"])
+    base = float(raw.get("score", acc))
+    problems = format_problems(solution_str, post.format_tags, allow_text_outside_tags=post.format_allow_text)
+    format_ok = not problems
+    score = apply_format(base, format_ok, post.format_mode, post.format_penalty)
+    details = dict(raw.get("details") or {})
+    if post.overlong_note:
+        details["overlong_note"] = post.overlong_note
+    pred = str(raw.get("pred") or "")
+    if len(pred) > PRED_LIMIT:
+        details["pred_chars"] = len(pred)
+        pred = pred[:PRED_LIMIT]
+    return {
+        "score": score + post.overlong_penalty,
+        "acc": acc,
+        "pred": pred,
+        "method": str(raw.get("method") or spec.kind),
+        "error": str(raw.get("error") or ""),
+        "format_ok": float(format_ok),
+        "format_problems": ",".join(dict.fromkeys(p.code for p in problems)),
+        "overlong_penalty": post.overlong_penalty,
+        "data_source": spec.name,
+        "details": json.dumps(details, ensure_ascii=False, default=str, sort_keys=True),
+    }
+
+
+def _run_blocking(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None,
+                  **options: Any) -> dict[str, Any]:
+    """Score one response (verl's custom reward signature); see the module docstring for keys and options."""
+    spec, gt, info = _prepare(data_source, solution_str, ground_truth, extra_info)
+    post = _post_options(options, info, spec.name)
+    fn = spec.resolve()
+    raw = fn(solution_str, gt, data_source=spec.name, extra_info=info, **options)
+    if asyncio.iscoroutine(raw):
+        raw = _run_blocking(raw)
+    return _finish(raw, spec, solution_str, post)
+
+
+async def compute_score_async(data_source: str, solution_str: str, ground_truth: Any,
+                              extra_info: Mapping[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    """Async form of :func:`compute_score`: judges are awaited, blocking scorers run in a worker thread."""
+    spec, gt, info = _prepare(data_source, solution_str, ground_truth, extra_info)
+    post = _post_options(options, info, spec.name)
+    kwargs = {"data_source": spec.name, "extra_info": info, **options}
+    afn = spec.resolve_async()
+    if afn is not None:
+        raw = await afn(solution_str, gt, **kwargs)
+    else:
+        raw = await asyncio.to_thread(spec.resolve(), solution_str, gt, **kwargs)
+    return _finish(raw, spec, solution_str, post)

@@ -1,0 +1,143 @@
+"""Math-Verify scoring on real answer pairs, from threads and asyncio, with timeouts and a killed worker."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("math_verify")
+
+from afm.rewards import MathVerifier, compute_score, compute_score_async
+
+
+def traj(answer: str) -> str:
+    return f"<think>work it out</think>\n<answer>{answer}</answer>"
+
+
+# (data_source, gold, answer body, correct?)
+PAIRS = [
+    ("MATH500", "\\frac{1}{2}", "0.5", True),  # fraction vs decimal
+    ("MATH500", "0.5", "\\boxed{\\frac12}", True),  # boxed shorthand fraction
+    ("aime24", "204", "The answer is \\boxed{204}.", True),  # boxed inside prose
+    ("aime24", "204", "\\boxed{204.0}", True),
+    ("aime25", "70", "\\boxed{71}", False),  # wrong
+    ("amc23", "27.0", "27", True),  # the shipped amc23 gold form
+    ("math500", "0.5", "50\\%", True),  # percentage
+    ("MATH500", "50\\%", "0.5", True),
+    ("MATH500", "[0,\\frac{1}{2})", "[0, 0.5)", True),  # interval
+    ("MATH500", "[0,\\frac{1}{2})", "[0, 0.5]", False),  # closed vs half-open
+    ("MATH500", "(-\\infty, 3]", "(-\\infty,3.0]", True),
+    ("OlympiadBench", "\\{1,2\\}", "\\{2,1\\}", True),  # sets are unordered
+    ("OlympiadBench", "\\{1,2\\}", "\\{1,3\\}", False),
+    ("math_dapo", "x^2+2x+1", "(x+1)^2", True),  # symbolic equality
+    ("MATH500", "\\sqrt{2}", "\\frac{2}{\\sqrt{2}}", True),
+    ("MATH500", "3", "x = 3", True),  # assignment
+    ("MATH500", "2", "ten", False),  # words do not parse to 2
+    ("MATH500", "2", "no idea :(", False),  # unparsable
+]
+
+
+@pytest.mark.parametrize(("source", "gold", "answer", "correct"), PAIRS)
+def test_math_verify_pairs(source, gold, answer, correct):
+    result = compute_score(source, traj(answer), gold)
+    assert result["acc"] == float(correct), result
+    assert result["score"] == float(correct)
+    assert result["method"] == "math_verify" and result["error"] == ""
+    assert json.loads(result["details"])["path"] == "verify"  # really checked by Math-Verify, not string equality
+
+
+def test_only_the_last_answer_counts_and_missing_answer():
+    text = "<answer>\\boxed{3}</answer>\n<reflection>wait, recheck</reflection>\n<answer>\\boxed{4}</answer>"
+    assert compute_score("aime24", text, "4")["acc"] == 1.0
+    assert compute_score("aime24", text, "3")["acc"] == 0.0
+    none = compute_score("aime24", "<think>\\boxed{4}</think>", "4")
+    assert (none["acc"], none["method"]) == (0.0, "no_answer")
+
+
+def test_several_gold_answers():
+    assert compute_score("MATH500", traj("0.5"), '["\\\\frac{1}{3}", "\\\\frac{1}{2}"]')["acc"] == 1.0
+    assert compute_score("MATH500", traj("0.5"), ["\\frac{1}{3}", "3"])["acc"] == 0.0
+
+
+def test_from_threads():
+    # Math-Verify's own signal-based timeouts raise in non-main threads; ours must not.
+    items = [(s, g, a, c) for s, g, a, c in PAIRS] * 2
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda it: compute_score(it[0], traj(it[2]), it[1]), items))
+    assert [r["acc"] for r in results] == [float(c) for *_, c in items]
+    assert all(r["error"] == "" for r in results)
+
+
+def test_from_asyncio():
+    async def main():
+        return await asyncio.gather(*(compute_score_async(s, traj(a), g) for s, g, a, _ in PAIRS))
+
+    results = asyncio.run(main())
+    assert [r["acc"] for r in results] == [float(c) for *_, c in PAIRS]
+
+
+def test_timeout_from_a_thread_then_recovers():
+    out: dict[str, object] = {}
+
+    def worker():
+        start = time.monotonic()
+        out["slow"] = compute_score("MATH500", traj("\\boxed{10^{10^{10}}}"), "1", math_timeout=1)
+        out["elapsed"] = time.monotonic() - start
+        out["next"] = compute_score("MATH500", traj("\\frac{3}{4}"), "0.75", math_timeout=1)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(30)
+    slow = out["slow"]
+    assert slow["acc"] == 0.0 and "timed out" in slow["error"]
+    assert json.loads(slow["details"])["timed_out"] is True
+    assert out["elapsed"] < 5
+    assert out["next"]["acc"] == 1.0 and out["next"]["error"] == ""
+
+
+def test_stuck_worker_is_killed_and_replaced():
+    verifier = MathVerifier(workers=1, timeout=0.5, grace=0.5)
+    try:
+        assert verifier.verify(["\\frac{1}{2}"], "0.5").correct
+        (pid,) = verifier.worker_pids()
+        os.kill(pid, signal.SIGSTOP)  # a worker that not even its own alarm can wake (a hang in C code)
+        start = time.monotonic()
+        verdict = verifier.verify(["\\frac{1}{3}"], "0.3333")
+        assert time.monotonic() - start < 3
+        assert verdict.timed_out and not verdict.correct and "worker killed" in verdict.error
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # gone (and reaped)
+        again = verifier.verify(["\\frac{1}{3}"], "\\frac{2}{6}")
+        assert again.correct and verifier.worker_pids() and verifier.worker_pids() != [pid]
+    finally:
+        verifier.close()
+
+
+def test_exact_string_shortcut_skips_the_worker():
+    verifier = MathVerifier(workers=1)
+    try:
+        verdict = verifier.verify(["\\frac{1}{2}"], "$\\boxed{\\frac{1}{2}}$")
+        assert verdict.correct and verdict.path == "exact" and verifier.worker_pids() == []
+    finally:
+        verifier.close()
+
+
+def test_timeout_from_asyncio_does_not_block_other_scores():
+    async def main():
+        slow = compute_score_async("MATH500", traj("\\boxed{10^{10^{10}}}"), "1", math_timeout=1)
+        quick = [compute_score_async("MATH500", traj(f"\\frac{{{k}}}{{4}}"), f"{k / 4:g}") for k in range(1, 5)]
+        start = time.monotonic()
+        results = await asyncio.gather(slow, *quick)
+        return results, time.monotonic() - start
+
+    (slow, *quick), elapsed = asyncio.run(main())
+    assert slow["acc"] == 0.0 and "timed out" in slow["error"]
+    assert [r["acc"] for r in quick] == [1.0] * 4
+    assert elapsed < 5
