@@ -16,9 +16,12 @@ import httpx
 import numpy as np
 import pytest
 
+from afm.demo.web import demo_wiki_corpus
 from afm.servers.bm25_index import ensure_index
 from afm.servers.demo_data import write_demo_corpora
 from afm.testing.procs import ServerProcess, free_port, wait_http
+
+N_DEMO_WIKI = len(demo_wiki_corpus())
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +96,7 @@ def test_metrics_count_requests_and_queries(server):
     retrieve(server.url, {"queries": ["Quillhaven", "Tomas Ekwall", "Veltrian crown"], "topk": 1})
     m = httpx.get(server.url + "/metrics").json()
     assert m["requests"] == before["requests"] + 1 and m["queries"] == before.get("queries", 0) + 3
-    assert m["retriever"] == "bm25" and m["documents"] == 23 and m["latency_ms"]["p99"] > 0
+    assert m["retriever"] == "bm25" and m["documents"] == N_DEMO_WIKI and m["latency_ms"]["p99"] > 0
 
 
 def test_index_is_persisted_reused_and_rebuilt_when_the_corpus_changes(corpora, tmp_path):
@@ -102,9 +105,9 @@ def test_index_is_persisted_reused_and_rebuilt_when_the_corpus_changes(corpora, 
     index_dir = tmp_path / "wiki.jsonl.bm25"
     built = subprocess.run([sys.executable, "-m", "afm.servers.bm25_index", "build", str(corpus)],
                            capture_output=True, text=True, timeout=60)
-    assert built.returncode == 0 and "23 documents" in built.stdout
+    assert built.returncode == 0 and f"{N_DEMO_WIKI} documents" in built.stdout
     manifest = json.loads((index_dir / "manifest.json").read_text())
-    assert manifest["n_docs"] == 23 and manifest["corpus"]["path"] == str(corpus.resolve())
+    assert manifest["n_docs"] == N_DEMO_WIKI and manifest["corpus"]["path"] == str(corpus.resolve())
 
     # Loaded again: not rebuilt. Touched (same bytes, new mtime): still not rebuilt, the new mtime is remembered.
     assert ensure_index(corpus).manifest["built_at"] == manifest["built_at"]
@@ -122,7 +125,7 @@ def test_index_is_persisted_reused_and_rebuilt_when_the_corpus_changes(corpora, 
         hits = retrieve(srv.url, {"queries": ["zanzibarite"], "return_scores": True}).json()["result"][0]
     assert [h["document"]["id"] for h in hits] == ["new-0"]
     rebuilt = json.loads((index_dir / "manifest.json").read_text())
-    assert rebuilt["built_at"] > manifest["built_at"] and rebuilt["n_docs"] == 24 and rebuilt["n_skipped"] == 1
+    assert rebuilt["built_at"] > manifest["built_at"] and rebuilt["n_docs"] == N_DEMO_WIKI + 1 and rebuilt["n_skipped"] == 1
 
 
 def test_index_build_cli_reports_an_unusable_corpus(tmp_path):

@@ -84,12 +84,20 @@ def test_wiki_search_observation_has_the_original_format(servers):
     assert isinstance(tool, WikiSearchTool)
     res = call(tool, "Who designed the Brassel Lighthouse?")
     assert res.status == "ok"
-    # Exactly the original's layout: "Doc i (Title: <first line>)\n<rest>", blocks separated by a blank line.
-    assert res.text == (
-        'Doc 1 (Title: "Ilse Varnholt")\n'
-        "She designed the street plan of Marrowgate and the Brassel Lighthouse, completed in 1890.\n\n"
-        'Doc 2 (Title: "Brassel Lighthouse")\n'
-        "The Brassel Lighthouse stands on Cape Brassel, at the southern tip of Veltria. It is 47 metres tall.")
+    # Exactly the original's layout: "Doc i (Title: <first line>)\n<rest>", blocks separated by a blank line,
+    # each block one record of the demo wiki corpus, and the two best documents are about the lighthouse.
+    from afm.demo.web import demo_wiki_corpus
+
+    records = {r["contents"] for r in demo_wiki_corpus()}
+    blocks = res.text.split("\n\n")
+    assert len(blocks) == 2
+    titles = []
+    for i, block in enumerate(blocks, 1):
+        m = re.fullmatch(rf'Doc {i} \(Title: ("[^"\n]+")\)\n(.+)', block, re.DOTALL)
+        assert m, block
+        assert f"{m.group(1)}\n{m.group(2)}" in records
+        titles.append(m.group(1))
+    assert set(titles) <= {'"Ilse Varnholt"', '"Brassel Lighthouse"'} and "Brassel Lighthouse" in res.text
     # One query per line: answered in one request, sections joined by ---.
     multi = call(tool, "capital of Veltria\n\nPetra Lund asteroid\n")
     sections = multi.text.split("\n---\n")
