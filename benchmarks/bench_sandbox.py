@@ -2,7 +2,9 @@
 
 For `print(1)` and `import numpy`, sequentially and at concurrency 2 x cores, it reports executions/s and p50/p99
 latency of: bare `python -c` (baselines measured in the same run: the interpreter the jail runs and this
-environment's interpreter), a fresh jail per execution, and the pre-forked pool. Targets (issue 4): jailed
+environment's interpreter), a fresh jail per execution, and the pre-forked pool. The bare runs see the same
+packages as the jail (a PYTHONPATH of symlinks) only when the program imports one: a PYTHONPATH pointing at a
+large site-packages folder triples Python's start-up on its own. Targets (issue 4): jailed
 one-shot >= 0.8x bare; pool >= 100 exec/s for `print(1)` on 2 cores.
 
     python benchmarks/bench_sandbox.py [--n 100] [--json benchmarks/out/sandbox.json]
@@ -16,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,8 +48,19 @@ def measure(fn, n: int, concurrency: int) -> dict[str, float]:
             "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]}
 
 
-def bare(python: str, code: str) -> None:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(p for p in sys.path if "site-packages" in p)}
+def site_dir(sandbox: Sandbox) -> str:
+    """A folder of symlinks to the same packages the jail sees at /site (the fair PYTHONPATH for bare runs)."""
+    d = tempfile.mkdtemp(prefix="afm-bare-site-")
+    for m in sandbox.runtime.mounts:
+        if m.dst.startswith("/site/"):
+            os.symlink(m.src, os.path.join(d, os.path.basename(m.dst)))
+    return d
+
+
+def bare(python: str, code: str, pythonpath: str | None = None) -> None:
+    env = {"PATH": "/usr/bin:/bin"}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     proc = subprocess.run([python, "-c", code], capture_output=True, env=env)
     assert proc.returncode == 0, proc.stderr
 
@@ -62,11 +76,12 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     with Sandbox(limits=limits) as oneshot, Sandbox(mode="pool", limits=limits, concurrency=conc) as pool:
         jail_python = oneshot.runtime.python
+        site = site_dir(oneshot)
         print(f"backend: {oneshot.describe()['backend']} (cgroups={oneshot.describe().get('cgroups')}), "
               f"jail python {jail_python}, {cores} cores, concurrency {conc}, n={args.n}")
         for prog_name, code in PROGRAMS.items():
             runners = {
-                f"bare {jail_python} -c": lambda c=code: bare(jail_python, c),
+                f"bare {jail_python} -c": lambda c=code: bare(jail_python, c, site if "import" in c else None),
                 f"bare {Path(sys.executable).name} (this venv) -c": lambda c=code: bare(sys.executable, c),
                 "jailed one-shot": lambda c=code: _check(oneshot.run(c)),
                 "jailed pool": lambda c=code: _check(pool.run(c)),
