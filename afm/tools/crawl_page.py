@@ -23,8 +23,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from afm.tools.base import Tool, ToolContext, ToolResult
-from afm.tools.server_client import JsonClient, ServerCallError, failure_text, server_token
+from afm.tools.base import ToolContext, ToolResult
+from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
 
 SUMMARY_TYPES = ("none", "once", "chunk", "page")
 SERVICE = "crawl server"
@@ -38,7 +38,7 @@ def default_crawl_url() -> str:
     return f"http://{host}:{port}/crawl_page"
 
 
-class CrawlPageTool(Tool):
+class CrawlPageTool(ServerTool):
     """Client of the crawl server's ``POST /crawl_page``."""
 
     name = "crawl_page"
@@ -88,11 +88,3 @@ class CrawlPageTool(Tool):
         return ToolResult(obs, "ok" if ok else "error", time.perf_counter() - t0,
                           {"pages": data.get("pages"), "processing_time": data.get("processing_time"), **info,
                            **({} if ok else {"reason": "no_page_read"})})
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-    def describe(self) -> dict[str, Any]:
-        out = super().describe()
-        out["config"] = {k: ("<set>" if k == "token" else v) for k, v in self.config.items()}
-        return out

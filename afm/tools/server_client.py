@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import httpx
 
+from afm.tools.base import Tool
+
 FailureKind = Literal["unreachable", "timeout", "http", "bad_response"]
 
 
@@ -131,3 +133,17 @@ def failure_text(tool: str, service: str, url: str, err: ServerCallError, advice
         text = (f"[{tool} failed] The {service} failed (HTTP {err.http_status}: {err.detail}). Try again with a "
                 f"different query, or continue with the information you already have.")
     return text, status
+
+
+class ServerTool(Tool):
+    """A tool that talks to one of our servers through ``self.client`` (a :class:`JsonClient`)."""
+
+    client: JsonClient
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["config"] = {k: ("<set>" if k == "token" else v) for k, v in self.config.items()}
+        return out

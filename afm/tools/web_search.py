@@ -29,8 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from afm.tools.base import Tool, ToolContext, ToolResult
-from afm.tools.server_client import JsonClient, ServerCallError, failure_text, server_token
+from afm.tools.base import ToolContext, ToolResult
+from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
 
 _VIDEO_NOISE = "Your browser can't play this video."
 
@@ -60,7 +60,7 @@ def format_results(query: str, organic: list[dict[str, Any]]) -> str:
     return f"Found {len(entries)} results:\n\n## Web Results\n" + "\n\n".join(entries)
 
 
-class WebSearchTool(Tool):
+class WebSearchTool(ServerTool):
     """Client of the search server's ``POST /search``."""
 
     name = "web_search"
@@ -94,11 +94,3 @@ class WebSearchTool(Tool):
             return ToolResult(text, status, time.perf_counter() - t0, {"reason": "bad_response"})  # type: ignore[arg-type]
         return ToolResult(format_results(query, organic), "ok", time.perf_counter() - t0,
                           {"n_results": len(organic), "cached": bool(data.get("cached")), **info})
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-    def describe(self) -> dict[str, Any]:
-        out = super().describe()
-        out["config"] = {k: ("<set>" if k == "token" else v) for k, v in self.config.items()}
-        return out

@@ -20,8 +20,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from afm.tools.base import Tool, ToolContext, ToolResult
-from afm.tools.server_client import JsonClient, ServerCallError, failure_text, server_token
+from afm.tools.base import ToolContext, ToolResult
+from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
 
 
 def default_wiki_url() -> str:
@@ -56,7 +56,7 @@ def _documents(item: Any) -> list[dict[str, Any]] | None:
     return docs
 
 
-class WikiSearchTool(Tool):
+class WikiSearchTool(ServerTool):
     """Client of the wiki server's ``POST /retrieve``."""
 
     name = "wiki_search"
@@ -97,11 +97,3 @@ class WikiSearchTool(Tool):
         text = "\n---\n".join(format_documents(q, d or []) for q, d in zip(queries, per_query, strict=True))
         return ToolResult(text, "ok", time.perf_counter() - t0,
                           {"n_queries": len(queries), "n_documents": sum(len(d or []) for d in per_query), **info})
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-    def describe(self) -> dict[str, Any]:
-        out = super().describe()
-        out["config"] = {k: ("<set>" if k == "token" else v) for k, v in self.config.items()}
-        return out
