@@ -84,3 +84,22 @@ def test_infer_resumes_after_sigkill(llm, tiny_model, tmp_path):
     assert sorted(keys) == sorted(f"q{i}#{k}" for i in range(6) for k in range(2))  # no loss, no duplicates
     assert after[: len(before)] == before  # finished records are never rewritten
     assert '"done": ' + str(12 - len(before)) in run.stdout
+
+
+def test_infer_stops_gracefully_on_sigint(llm, tiny_model, tmp_path):
+    llm.reset()
+    llm.rules({"match": "", "content": "<think> t </think>\n<answer>A</answer>", "delay": 0.3})
+    q = write_questions(tmp_path / "q.jsonl", 8)
+    out = tmp_path / "traj.jsonl"
+    proc = subprocess.Popen(infer_cmd(llm, tiny_model, q, out), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr[-2000:]
+    run = json.loads(stdout.strip().splitlines()[-1])
+    assert run["interrupted"] is True and run["cancelled"] >= 1
+    lines = out.read_text().splitlines()
+    assert len(lines) == run["done"] < 16 and all(json.loads(line)["finish_reason"] == "answer" for line in lines)
