@@ -61,3 +61,6 @@ def test_quickstart_runs_end_to_end(tmp_path, capsys):
         assert r["finish_reason"] in ("answer", "eos", "max_tokens", "max_turns")
         assert r["segments"] and r["segments"][0]["kind"] == "model" and r["counts"]["model_tokens"] > 0
     assert "rollouts: the SFT model answers demo questions" in out and "finish reasons:" in out
+    assert "servers up on 127.0.0.1" in out
+    for tool in ("web_search", "crawl_page", "wiki_search"):
+        assert f"</{tool}> -> ok:" in out, out[-3000:]

@@ -34,18 +34,39 @@ def run_agent_demo(model_dir: str | Path, workdir: str | Path, n_questions: int 
 
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
-    site_port = free_port()
-    corpora = write_demo_corpora(work / "corpora", f"http://127.0.0.1:{site_port}")
-    port = free_port()
+    ports = {name: free_port() for name in ("site", "search", "crawl", "wiki")}
+    site = f"http://127.0.0.1:{ports['site']}"
+    corpora = write_demo_corpora(work / "corpora", site)
     env = {"WEB_SEARCH_BACKEND": "local", "WEB_SEARCH_CORPUS": str(corpora.search),
-           "WEB_SEARCH_CACHE": str(work / "search_cache.sqlite")}
+           "WEB_SEARCH_CACHE": str(work / "search_cache.sqlite"), "WIKI_CORPUS": str(corpora.wiki),
+           "CRAWL_CACHE": "off", "SUMMARY_OPENAI_API_BASE_URL": ""}
+    servers = [
+        ServerProcess(["-m", "afm.servers.demo_site", "--port", str(ports["site"])], ports["site"], env=env,
+                      log_path=work / "demo_site.log"),
+        ServerProcess(["-m", "afm.servers.search_server", "--port", str(ports["search"])], ports["search"], env=env,
+                      log_path=work / "search_server.log"),
+        ServerProcess(["-m", "afm.servers.crawl_server", "--port", str(ports["crawl"]), "--allow",
+                       f"127.0.0.1:{ports['site']}", "--summary-type", "none"], ports["crawl"], env=env,
+                      log_path=work / "crawl_server.log"),
+        ServerProcess(["-m", "afm.servers.wiki_server", "--port", str(ports["wiki"])], ports["wiki"], env=env,
+                      log_path=work / "wiki_server.log"),
+    ]
     samples = demo_samples(n_questions, seed)
     out = work / "trajectories.jsonl"
     if out.exists():
         out.unlink()
-    with ServerProcess(["-m", "afm.servers.search_server", "--port", str(port)], port, env=env,
-                       log_path=work / "search_server.log"):
-        trajs = asyncio.run(_rollout(model_dir, port, [s.question for s in samples], max_turns))
+    try:
+        for server in servers:
+            server.start()
+        print(f"servers up on 127.0.0.1: demo site :{ports['site']}, search :{ports['search']}, "
+              f"crawl :{ports['crawl']}, wiki :{ports['wiki']}")
+        checks = asyncio.run(_tool_checks(ports, site))
+        for line in checks:
+            print("  " + line)
+        trajs = asyncio.run(_rollout(model_dir, ports["search"], [s.question for s in samples], max_turns))
+    finally:
+        for server in reversed(servers):
+            server.stop()
     store = JsonlStore(out)
     for i, (sample, traj) in enumerate(zip(samples, trajs, strict=True)):
         store.append({"key": f"demo{i}#0", "question": sample.question, "gold": sample.answer, **traj.to_dict()})
@@ -62,6 +83,30 @@ def run_agent_demo(model_dir: str | Path, workdir: str | Path, n_questions: int 
     print(f"exact answers: {correct}/{len(samples)} (a tiny model trained for a minute: the point is the pipeline, "
           f"all of it real; trajectories in {out})")
     return {"trajectories": str(out), "summary": summary, "correct": correct}
+
+
+async def _tool_checks(ports: dict[str, int], site: str) -> list[str]:
+    """One call of each server-backed tool, as the engine would make it (shows every server answering)."""
+    from afm.tools import ToolContext
+    from afm.tools.crawl_page import CrawlPageTool
+    from afm.tools.web_search import WebSearchTool
+    from afm.tools.wiki_search import WikiSearchTool
+
+    calls = [(WebSearchTool({"url": f"http://127.0.0.1:{ports['search']}/search", "num_results": 2}),
+              "Brassel Lighthouse height"),
+             (CrawlPageTool({"url": f"http://127.0.0.1:{ports['crawl']}/crawl_page", "summary_type": "none"}),
+              f"{site}/brassel-lighthouse.html"),
+             (WikiSearchTool({"url": f"http://127.0.0.1:{ports['wiki']}/retrieve", "topk": 1}),
+              "Who designed the Brassel Lighthouse?")]
+    lines = []
+    for tool, arg in calls:
+        try:
+            res = await tool.call(arg, ToolContext(question="How tall is the Brassel Lighthouse?"))
+        finally:
+            await tool.aclose()
+        first = " ".join(res.text.split())[:110]
+        lines.append(f"<{tool.name}>{arg}</{tool.name}> -> {res.status}: {first}…")
+    return lines
 
 
 async def _rollout(model_dir: str | Path, port: int, questions: list[str], max_turns: int) -> list[Trajectory]:
