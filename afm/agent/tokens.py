@@ -12,12 +12,11 @@ class TokenizerAdapter:
 
     def __init__(self, tokenizer: Any, extra_eos_ids: Sequence[int] = ()) -> None:
         self.tok = tokenizer
-        eos = {i for i in (getattr(tokenizer, "eos_token_id", None),) if i is not None}
-        for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-            tid = tokenizer.convert_tokens_to_ids(name) if hasattr(tokenizer, "convert_tokens_to_ids") else None
-            unk = getattr(tokenizer, "unk_token_id", None)
-            if isinstance(tid, int) and tid != unk and name == "<|im_end|>":
-                eos.add(tid)  # ChatML end of turn is an end of generation for every chat model using it
+        eos = {tokenizer.eos_token_id} if getattr(tokenizer, "eos_token_id", None) is not None else set()
+        # ChatML's end of turn ends a generation for every chat model that uses it, whatever eos_token says.
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if hasattr(tokenizer, "convert_tokens_to_ids") else None
+        if isinstance(im_end, int) and im_end != getattr(tokenizer, "unk_token_id", None):
+            eos.add(im_end)
         self.eos_ids: frozenset[int] = frozenset(eos | set(extra_eos_ids))
         self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
 
