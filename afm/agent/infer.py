@@ -116,39 +116,44 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", required=True, help="questions: .json (list), .jsonl or .parquet")
-    p.add_argument("--output", required=True, help="trajectories JSONL (appended; a rerun resumes)")
-    p.add_argument("--q-key", default="question")
-    p.add_argument("--id-key", default="id", help="field with a stable question id (default: row index)")
-    p.add_argument("--answer-key", default="answer", help="field copied as `gold` into each record")
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    """Flags shared by ``afm infer`` and ``afm eval run``: model backend, tools config, limits, concurrency."""
     p.add_argument("--backend", choices=["openai", "hf"], default="openai")
     p.add_argument("--model", required=True, help="served model name (openai) or model folder (hf)")
     p.add_argument("--base-url", default="http://127.0.0.1:10000/v1")
     p.add_argument("--api-key", default="EMPTY")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model)")
-    p.add_argument("--prompt", default="web_agent", help="system prompt key (afm.prompts)")
     p.add_argument("--prompt-style", choices=["user", "system"], default="user")
-    p.add_argument("--tools", default=None, help="comma-separated tools (default: the prompt's)")
     p.add_argument("--tools-config", default=None, help="tools YAML (configs/tools/*.yaml)")
-    p.add_argument("--n", type=int, default=1, help="samples per question")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--top-k", type=int, default=20)
-    p.add_argument("--presence-penalty", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None, help="base seed (sample k uses seed + k)")
-    p.add_argument("--max-turns", type=int, default=25)
-    p.add_argument("--max-tokens-per-turn", type=int, default=4096)
-    p.add_argument("--max-response-tokens", type=int, default=30720)
     p.add_argument("--max-model-len", type=int, default=32768)
     p.add_argument("--tool-timeout", type=float, default=120.0)
     p.add_argument("--trajectory-timeout", type=float, default=3600.0)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=8, help="hf backend: sequences per generate call")
     p.add_argument("--request-timeout", type=float, default=600.0)
+    p.add_argument("--quiet", action="store_true")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", required=True, help="questions: .json (list), .jsonl or .parquet")
+    p.add_argument("--output", required=True, help="trajectories JSONL (appended; a rerun resumes)")
+    p.add_argument("--q-key", default="question")
+    p.add_argument("--id-key", default="id", help="field with a stable question id (default: row index)")
+    p.add_argument("--answer-key", default="answer", help="field copied as `gold` into each record")
+    p.add_argument("--prompt", default="web_agent", help="system prompt key (afm.prompts)")
+    p.add_argument("--tools", default=None, help="comma-separated tools (default: the prompt's)")
+    p.add_argument("--n", type=int, default=1, help="samples per question")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--top-k", type=int, default=20)
+    p.add_argument("--presence-penalty", type=float, default=0.0)
+    p.add_argument("--max-turns", type=int, default=25)
+    p.add_argument("--max-tokens-per-turn", type=int, default=4096)
+    p.add_argument("--max-response-tokens", type=int, default=30720)
     p.add_argument("--limit", type=int, default=0, help="only the first N questions")
     p.add_argument("--keep-ids", action="store_true", help="also store prompt ids (segments always keep theirs)")
-    p.add_argument("--quiet", action="store_true")
+    add_backend_args(p)
 
 
 def main(argv: list[str] | None = None) -> int:
