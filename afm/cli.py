@@ -54,6 +54,20 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if bad == 0 else 1
 
 
+def _eval(argv: list[str]) -> int:
+    """``afm eval run ...`` / ``afm eval report ...``."""
+    if argv[:1] == ["run"]:
+        from afm.eval.run import main as run_main
+
+        return run_main(argv[1:])
+    if argv[:1] == ["report"]:
+        from afm.eval.report import main as report_main
+
+        return report_main(argv[1:])
+    print("usage: afm eval run ... | afm eval report RUN_DIR [OTHER_RUN] (add -h for the flags)", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -65,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         from afm.agent.infer import main as infer_main
 
         return infer_main(argv[1:])
+    if argv[:1] == ["eval"]:
+        return _eval(argv[1:])
     parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quickstart", help="tiny model + demo data + masked SFT and DPO, offline on CPU")
@@ -81,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--fix", action="store_true")
     sub.add_parser("sandbox", help="check the code sandbox on this machine, or run a file in it (afm sandbox -h)")
     sub.add_parser("infer", help="run CoA trajectories for a question file (afm infer -h)")
+    sub.add_parser("eval", help="evaluate on benchmarks (afm eval run -h) and write reports (afm eval report -h)")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
         from afm.quickstart import run

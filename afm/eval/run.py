@@ -1,0 +1,170 @@
+"""``afm eval run``: benchmarks -> trajectories (afm.agent) -> scores (afm.rewards) -> results.jsonl + report.
+
+    afm eval run --benchmarks gaia,browsecomp --run-dir runs/eval/web-32b --n 3 \\
+        --backend openai --base-url http://127.0.0.1:10000/v1 --model AFM-WebAgent --tokenizer /models/AFM-WebAgent
+
+Each benchmark brings its prompt, tools, data_source and the paper's sampling settings (``afm.eval.datasets``);
+flags override them. Results are append-only, keyed by (benchmark, question id, sample): a killed run restarts
+where it stopped, without duplicates. At the end the run is summarised (avg@k, pass@k, maj@k, CIs, efficiency)
+and ``report.md`` + plots are written into the run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from afm.agent.backend import SamplingParams
+from afm.agent.infer import build_backend, build_tools
+from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
+from afm.agent.runner import JsonlStore, RolloutTask, run_tasks
+
+RESULTS = "results.jsonl"
+CONFIG = "config.json"
+PINNED = ("model", "backend", "prompt_style")  # a resumed run must not silently mix models
+
+
+def _sampling(spec_sampling: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    out = dict(spec_sampling)
+    for key in ("temperature", "top_p", "top_k", "max_turns", "max_tokens_per_turn", "max_response_tokens", "n"):
+        value = getattr(args, key, None)
+        if value is not None:
+            out[key] = value
+    out.setdefault("n", 1)
+    return out
+
+
+def _check_config(run_dir: Path, config: dict[str, Any], force: bool) -> None:
+    path = run_dir / CONFIG
+    if path.exists():
+        old = json.loads(path.read_text())
+        clash = {k: (old.get(k), config.get(k)) for k in PINNED if old.get(k) != config.get(k)}
+        if clash and not force:
+            raise SystemExit(f"{path} was written by a run with different settings {clash}; use another --run-dir "
+                             "or --force to mix them")
+        config = {**old, **config, "benchmarks": sorted(set(old.get("benchmarks", [])) | set(config["benchmarks"]))}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=1))
+
+
+async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    from afm.eval.datasets import get_benchmark, load_benchmark
+
+    from afm.prompts import build_messages, get_prompt
+    from afm.rewards import compute_score_async
+
+    run_dir = Path(args.run_dir)
+    names = [b for b in args.benchmarks.split(",") if b]
+    specs = {b: get_benchmark(b) for b in names}
+    files = dict(kv.split("=", 1) for kv in (args.file or []))
+    items = {b: load_benchmark(b, files.get(b), data_root=args.data_root, limit=args.limit) for b in names}
+    settings = {b: _sampling(dict(specs[b].sampling), args) for b in names}
+    config = {"model": args.model, "backend": args.backend, "base_url": args.base_url if args.backend == "openai"
+              else None, "prompt_style": args.prompt_style, "benchmarks": names, "seed": args.seed,
+              "settings": settings, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv[1:]}
+    _check_config(run_dir, config, args.force)
+    backend, tok = build_backend(args)
+    all_tools = sorted({t for b in names for t in specs[b].tools})
+    tools = build_tools(tuple(all_tools), args.tools_config)
+    agents: dict[str, tuple[AgentConfig, ToolRunner, Any]] = {}
+    for b in names:
+        s = settings[b]
+        cfg = AgentConfig(tools=tuple(specs[b].tools),
+                          sampling=SamplingParams(temperature=s.get("temperature", 1.0), top_p=s.get("top_p", 1.0),
+                                                  top_k=s.get("top_k", -1), seed=args.seed),
+                          max_turns=s.get("max_turns", 25), max_tokens_per_turn=s.get("max_tokens_per_turn", 4096),
+                          max_response_tokens=s.get("max_response_tokens", 30720),
+                          max_model_len=args.max_model_len, tool_timeout_s=args.tool_timeout,
+                          trajectory_timeout_s=args.trajectory_timeout)
+        agents[b] = (cfg, ToolRunner({t: tools[t] for t in specs[b].tools}, cfg), get_prompt(specs[b].prompt))
+    by_key = {}
+    tasks = []
+    for b in names:
+        for item in items[b]:
+            for k in range(settings[b]["n"]):
+                key = f"{b}/{item.qid}#{k}"
+                by_key[key] = item
+                tasks.append(RolloutTask(key, item.question, k))
+    store = JsonlStore(run_dir / RESULTS)
+
+    async def run_one(task: RolloutTask) -> dict[str, Any]:
+        item = by_key[task.key]
+        cfg, runner, prompt = agents[item.benchmark]
+        messages = build_messages(prompt, item.question, style=args.prompt_style, extra=item.prompt_extra or None)
+        prompt_ids = tok.chat_prompt_ids(messages)
+        sampling = cfg.sampling if args.seed is None else cfg.sampling.with_(seed=args.seed + task.sample)
+        traj = await run_trajectory(backend, tok, runner, cfg, prompt_ids, question=item.question, sampling=sampling,
+                                    meta={"prompt_key": prompt.key, "prompt_version": prompt.version})
+        solution = traj.response_text()
+        error = traj.error
+        try:
+            reward = await compute_score_async(item.data_source, solution, item.gold,
+                                               {**item.extra_info, "question": item.question},
+                                               response_length=traj.n_response_tokens)
+        except ValueError as exc:  # a bad ground truth is the dataset's fault: record it, keep the run going
+            reward = {"score": 0.0, "acc": 0.0, "method": "bad_ground_truth", "pred": traj.final_answer()}
+            error = f"reward: {exc}"
+        traj_dict = traj.to_dict()
+        traj_dict.pop("prompt_ids", None)
+        return {"key": task.key, "benchmark": item.benchmark, "qid": item.qid, "sample": task.sample,
+                "question": item.question, "gold": item.gold, "level": item.level, "data_source": item.data_source,
+                "score": float(reward.get("score", 0.0)), "acc": float(reward.get("acc", 0.0)),
+                "method": reward.get("method"), "pred": reward.get("pred"), "reward_error": reward.get("error") or None,
+                "finish_reason": traj.finish_reason, "tool_calls": len(traj.tool_calls),
+                "tool_counts": traj.tool_counts(), "model_tokens": traj.n_model_tokens,
+                "observation_tokens": traj.n_observation_tokens, "turns": traj.turns, "wall_s": round(traj.wall_s, 3),
+                "error": error, "trajectory": traj_dict if args.keep_trajectories else None}
+
+    try:
+        counts = await run_tasks(tasks, run_one, store, concurrency=args.concurrency, progress=not args.quiet,
+                                 desc="eval")
+    finally:
+        store.close()
+        for tool in tools.values():
+            await tool.aclose()
+        await backend.aclose()
+    return counts
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    from afm.agent.infer import add_backend_args
+
+    add_backend_args(p)
+    p.add_argument("--benchmarks", required=True, help="comma-separated benchmark names (afm.eval.datasets)")
+    p.add_argument("--run-dir", required=True, help="results.jsonl, config.json and the report go here")
+    p.add_argument("--file", action="append", metavar="BENCH=PATH", help="data file of a benchmark (repeatable)")
+    p.add_argument("--data-root", default=None, help="folder of benchmark files (default $AFM_EVAL_DATA or data/eval)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N questions of each benchmark")
+    p.add_argument("--n", type=int, default=None, help="samples per question (default: the benchmark's)")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--max-tokens-per-turn", type=int, default=None)
+    p.add_argument("--max-response-tokens", type=int, default=None)
+    p.add_argument("--keep-trajectories", action="store_true", help="store whole trajectories in results.jsonl")
+    p.add_argument("--no-report", action="store_true")
+    p.add_argument("--force", action="store_true", help="resume into a run folder written with other settings")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="afm eval run", description=__doc__.splitlines()[0])
+    add_args(p)
+    args = p.parse_args(argv)
+    counts = asyncio.run(evaluate(args))
+    print(json.dumps({"run": counts}))
+    if not args.no_report:
+        from afm.eval.report import write_report
+
+        path = write_report(args.run_dir)
+        print(f"report: {path}")
+    return 0 if not counts["failed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
