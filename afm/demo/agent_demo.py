@@ -27,46 +27,81 @@ def show(traj: Trajectory, width: int = 100) -> str:
     return "".join(out)
 
 
-def run_agent_demo(model_dir: str | Path, workdir: str | Path, n_questions: int = 4, seed: int = 7,
-                   max_turns: int = 6) -> dict[str, Any]:
-    """Start the search server, roll out ``n_questions`` demo questions, write and summarise the trajectories."""
-    from afm.servers.demo_data import write_demo_corpora
+class DemoServers:
+    """The demo web site and the search, crawl and wiki servers over the demo corpora, as real processes."""
 
+    def __init__(self, workdir: str | Path) -> None:
+        from afm.servers.demo_data import write_demo_corpora
+
+        self.work = Path(workdir)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.ports = {name: free_port() for name in ("site", "search", "crawl", "wiki")}
+        self.site = f"http://127.0.0.1:{self.ports['site']}"
+        corpora = write_demo_corpora(self.work / "corpora", self.site)
+        env = {"WEB_SEARCH_BACKEND": "local", "WEB_SEARCH_CORPUS": str(corpora.search),
+               "WEB_SEARCH_CACHE": str(self.work / "search_cache.sqlite"), "WIKI_CORPUS": str(corpora.wiki),
+               "CRAWL_CACHE": "off", "SUMMARY_OPENAI_API_BASE_URL": ""}
+        p = self.ports
+        self.servers = [
+            ServerProcess(["-m", "afm.servers.demo_site", "--port", str(p["site"])], p["site"], env=env,
+                          log_path=self.work / "demo_site.log"),
+            ServerProcess(["-m", "afm.servers.search_server", "--port", str(p["search"])], p["search"], env=env,
+                          log_path=self.work / "search_server.log"),
+            ServerProcess(["-m", "afm.servers.crawl_server", "--port", str(p["crawl"]), "--allow",
+                           f"127.0.0.1:{p['site']}", "--summary-type", "none"], p["crawl"], env=env,
+                          log_path=self.work / "crawl_server.log"),
+            ServerProcess(["-m", "afm.servers.wiki_server", "--port", str(p["wiki"])], p["wiki"], env=env,
+                          log_path=self.work / "wiki_server.log"),
+        ]
+
+    def tools_config(self) -> dict[str, Any]:
+        """A tools config (``afm.tools.load_tools_config`` shape) pointing the clients at these servers."""
+        p = self.ports
+        return {"tools": [
+            {"name": "web_search", "config": {"url": f"http://127.0.0.1:{p['search']}/search", "num_results": 3}},
+            {"name": "crawl_page", "config": {"url": f"http://127.0.0.1:{p['crawl']}/crawl_page",
+                                              "summary_type": "none"}},
+            {"name": "wiki_search", "config": {"url": f"http://127.0.0.1:{p['wiki']}/retrieve", "topk": 3}},
+            {"name": "code", "config": {"timeout": 10, "mode": "pool"}}]}
+
+    def __enter__(self) -> DemoServers:
+        try:
+            for server in self.servers:
+                server.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        p = self.ports
+        print(f"servers up on 127.0.0.1: demo site :{p['site']}, search :{p['search']}, crawl :{p['crawl']}, "
+              f"wiki :{p['wiki']}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for server in reversed(self.servers):
+            server.stop()
+
+
+def run_agent_demo(model_dir: str | Path, workdir: str | Path, n_questions: int = 4, seed: int = 7,
+                   max_turns: int = 6, servers: DemoServers | None = None) -> dict[str, Any]:
+    """Call each server-backed tool once, then roll out ``n_questions`` demo questions with web_search and code;
+    write and summarise the trajectories. Starts :class:`DemoServers` unless running ones are given."""
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
-    ports = {name: free_port() for name in ("site", "search", "crawl", "wiki")}
-    site = f"http://127.0.0.1:{ports['site']}"
-    corpora = write_demo_corpora(work / "corpora", site)
-    env = {"WEB_SEARCH_BACKEND": "local", "WEB_SEARCH_CORPUS": str(corpora.search),
-           "WEB_SEARCH_CACHE": str(work / "search_cache.sqlite"), "WIKI_CORPUS": str(corpora.wiki),
-           "CRAWL_CACHE": "off", "SUMMARY_OPENAI_API_BASE_URL": ""}
-    servers = [
-        ServerProcess(["-m", "afm.servers.demo_site", "--port", str(ports["site"])], ports["site"], env=env,
-                      log_path=work / "demo_site.log"),
-        ServerProcess(["-m", "afm.servers.search_server", "--port", str(ports["search"])], ports["search"], env=env,
-                      log_path=work / "search_server.log"),
-        ServerProcess(["-m", "afm.servers.crawl_server", "--port", str(ports["crawl"]), "--allow",
-                       f"127.0.0.1:{ports['site']}", "--summary-type", "none"], ports["crawl"], env=env,
-                      log_path=work / "crawl_server.log"),
-        ServerProcess(["-m", "afm.servers.wiki_server", "--port", str(ports["wiki"])], ports["wiki"], env=env,
-                      log_path=work / "wiki_server.log"),
-    ]
     samples = demo_samples(n_questions, seed)
     out = work / "trajectories.jsonl"
     if out.exists():
         out.unlink()
+    own = servers is None
+    srv = servers if servers is not None else DemoServers(work)
+    if own:
+        srv.__enter__()
     try:
-        for server in servers:
-            server.start()
-        print(f"servers up on 127.0.0.1: demo site :{ports['site']}, search :{ports['search']}, "
-              f"crawl :{ports['crawl']}, wiki :{ports['wiki']}")
-        checks = asyncio.run(_tool_checks(ports, site))
-        for line in checks:
+        for line in asyncio.run(_tool_checks(srv.ports, srv.site)):
             print("  " + line)
-        trajs = asyncio.run(_rollout(model_dir, ports["search"], [s.question for s in samples], max_turns))
+        trajs = asyncio.run(_rollout(model_dir, srv.ports["search"], [s.question for s in samples], max_turns))
     finally:
-        for server in reversed(servers):
-            server.stop()
+        if own:
+            srv.__exit__()
     store = JsonlStore(out)
     for i, (sample, traj) in enumerate(zip(samples, trajs, strict=True)):
         store.append({"key": f"demo{i}#0", "question": sample.question, "gold": sample.answer, **traj.to_dict()})
