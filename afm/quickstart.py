@@ -84,6 +84,23 @@ def ascii_curve(points: list[tuple[int, float]], width: int = 60, height: int = 
     return "\n".join(rows)
 
 
+def _evaluate(model: Path, work: Path, servers: Any) -> dict[str, Any]:
+    """`afm eval run` on the demo benchmarks with the demo servers as tools; returns the report path."""
+    from afm.eval.run import main as eval_main
+
+    tools_yaml = work / "tools.yaml"
+    tools_yaml.write_text(yaml.safe_dump(servers.tools_config()))
+    run_dir = work / "eval"
+    code = eval_main(["--benchmarks", "demo_math,demo_code,demo_mhqa,demo_web", "--run-dir", str(run_dir),
+                      "--backend", "hf", "--model", str(model), "--tools-config", str(tools_yaml), "--n", "2",
+                      "--limit", "2", "--concurrency", "8", "--seed", "0", "--quiet"])
+    report = run_dir / "report.md"
+    if report.exists():
+        text = report.read_text()
+        print(text[: text.find("\n## ", text.find("\n## ") + 1)] if text.count("\n## ") > 1 else text[:3000])
+    return {"exit_code": code, "run_dir": str(run_dir), "report": str(report)}
+
+
 def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_epochs: float = 2.0,
         n_sft: int = 64, n_dpo: int = 32, seed: int = 0) -> dict[str, Any]:
     """Run the quickstart in ``workdir``; returns the paths and loss curves."""
@@ -95,12 +112,12 @@ def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_ep
     work.mkdir(parents=True, exist_ok=True)
     model = work / "tiny-qwen2"
     if not (model / "config.json").exists():
-        print(f"[1/6] building a tiny Qwen2 model and tokenizer in {model}", flush=True)
+        print(f"[1/7] building a tiny Qwen2 model and tokenizer in {model}", flush=True)
         build_tiny_model(model, tokenizer_corpus(seed), hidden_size=128, intermediate_size=256, seed=seed)
     else:
-        print(f"[1/6] reusing the tiny model in {model}", flush=True)
+        print(f"[1/7] reusing the tiny model in {model}", flush=True)
     data = work / "data"
-    print(f"[2/6] writing demo CoA trajectories to {data}", flush=True)
+    print(f"[2/7] writing demo CoA trajectories to {data}", flush=True)
     write_demo_data(data, n_sft=n_sft, n_dpo=n_dpo, seed=seed)
 
     sft_out, dpo_out = work / "sft", work / "dpo"
@@ -111,7 +128,7 @@ def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_ep
                                               pref_beta=0.1, pref_loss="sigmoid")))
     afm_sft = [sys.executable, "-m", "afm.sft.cli"]
 
-    print("[3/6] masking report for the SFT set", flush=True)
+    print("[3/7] masking report for the SFT set", flush=True)
     report_json = work / "mask_report.json"
     _run([*afm_sft, "mask-report", str(sft_cfg), "--show", "1", "--json", str(report_json)], work / "mask_report.log")
     log_text = (work / "mask_report.log").read_text()
@@ -121,21 +138,25 @@ def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_ep
     if sample.startswith("--- sample"):
         print("\n".join(sample.splitlines()[:24]))
 
-    print("[4/6] masked SFT, then masked DPO (LLaMA-Factory through afm-sft)", flush=True)
+    print("[4/7] masked SFT, then masked DPO (LLaMA-Factory through afm-sft)", flush=True)
     _run([*afm_sft, "train", str(sft_cfg)], work / "sft.log")
     _run([*afm_sft, "train", str(dpo_cfg)], work / "dpo.log")
 
     curves = {"sft": losses(sft_out), "dpo": losses(dpo_out)}
-    print("[5/6] loss curves", flush=True)
+    print("[5/7] loss curves", flush=True)
     for name, points in curves.items():
         print(f"\n{name.upper()} loss ({len(points)} steps)")
         print(ascii_curve(points))
-    print("\n[6/6] rollouts: the SFT model answers demo questions through the engine, with the local search server "
-          "and the code sandbox as tools", flush=True)
-    from afm.demo.agent_demo import run_agent_demo
+    from afm.demo.agent_demo import DemoServers, run_agent_demo
 
-    rollouts = run_agent_demo(sft_out, work / "rollouts")
+    with DemoServers(work / "servers") as servers:
+        print("\n[6/7] rollouts: the SFT model answers demo questions through the engine, with the local tool "
+              "servers and the code sandbox", flush=True)
+        rollouts = run_agent_demo(sft_out, work / "rollouts", servers=servers)
+        print("\n[7/7] evaluation: the SFT model on the demo benchmarks (2 questions x 2 samples each), scored by "
+              "afm.rewards, with a report", flush=True)
+        evaluation = _evaluate(sft_out, work, servers)
     print(f"\nDone in {time.time() - t0:.0f}s. Outputs in {work}: sft/ and dpo/ (checkpoints, training_loss.png), "
-          "mask_report.json, rollouts/trajectories.jsonl, *.log")
+          "mask_report.json, rollouts/trajectories.jsonl, eval/ (results.jsonl, report.md, plots), *.log")
     return {"workdir": str(work), "curves": curves, "mask_report": json.loads(report_json.read_text()),
-            "rollouts": rollouts}
+            "rollouts": rollouts, "evaluation": evaluation}

@@ -64,3 +64,11 @@ def test_quickstart_runs_end_to_end(tmp_path, capsys):
     assert "servers up on 127.0.0.1" in out
     for tool in ("web_search", "crawl_page", "wiki_search"):
         assert f"</{tool}> -> ok:" in out, out[-3000:]
+    # step 7: evaluation of the SFT model on the demo benchmarks, with a report
+    evaluation = result["evaluation"]
+    assert evaluation["exit_code"] == 0
+    results = [json.loads(line) for line in (Path(evaluation["run_dir"]) / "results.jsonl").read_text().splitlines()]
+    assert len(results) == 16 and {r["benchmark"] for r in results} == {"demo_math", "demo_code", "demo_mhqa",
+                                                                         "demo_web"}
+    assert all(r["acc"] in (0.0, 1.0) and r["method"] for r in results)
+    assert Path(evaluation["report"]).exists() and "[7/7] evaluation" in out

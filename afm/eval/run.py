@@ -54,7 +54,6 @@ def _check_config(run_dir: Path, config: dict[str, Any], force: bool) -> None:
 
 async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from afm.eval.datasets import get_benchmark, load_benchmark
-
     from afm.prompts import build_messages, get_prompt
     from afm.rewards import compute_score_async
 

@@ -1,0 +1,39 @@
+"""Evaluation harness: benchmark loaders, runs, metrics (avg@k, pass@k, maj@k, best-of-N, CIs) and reports."""
+
+from afm.eval.metrics import (
+    Estimate,
+    RunResults,
+    best_of_n,
+    bootstrap_ci,
+    compare_runs,
+    efficiency,
+    estimate,
+    load_results,
+    paired_difference,
+    pass_at_k,
+    standard_error,
+    summarize_run,
+)
+from afm.eval.report import write_report
+from afm.eval.select import JudgeSelector, MajoritySelector, Selection, SelectorConfig, select_majority
+
+__all__ = [
+    "Estimate",
+    "JudgeSelector",
+    "MajoritySelector",
+    "RunResults",
+    "Selection",
+    "SelectorConfig",
+    "best_of_n",
+    "bootstrap_ci",
+    "compare_runs",
+    "efficiency",
+    "estimate",
+    "load_results",
+    "paired_difference",
+    "pass_at_k",
+    "select_majority",
+    "standard_error",
+    "summarize_run",
+    "write_report",
+]
