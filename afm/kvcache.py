@@ -19,6 +19,16 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 
+def cache_location(env_var: str, filename: str) -> str:
+    """``$env_var`` when set (a path, a ``redis://`` URL or ``off``), else ``$XDG_CACHE_HOME/afm/<filename>``
+    (``~/.cache/afm/<filename>`` by default)."""
+    env = os.environ.get(env_var)
+    if env is not None:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "afm" / filename)
+
+
 def cache_key(*parts: object) -> str:
     """A stable key from several parts (joined unambiguously, then SHA-256)."""
     h = hashlib.sha256()

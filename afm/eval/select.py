@@ -29,10 +29,9 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from afm.kvcache import KVCache, cache_key, open_cache
+from afm.kvcache import KVCache, cache_key, cache_location, open_cache
 from afm.rewards.qa import normalize_answer
 
 logger = logging.getLogger(__name__)
@@ -202,11 +201,7 @@ def build_messages(question: str, candidates: Sequence[Any]) -> list[dict[str, s
 # -- the LLM selector -----------------------------------------------------------------------------------------
 def default_cache_location() -> str:
     """``AFM_SELECTOR_CACHE``, else ``$XDG_CACHE_HOME/afm/selector.sqlite`` (``~/.cache`` by default)."""
-    env = os.environ.get("AFM_SELECTOR_CACHE")
-    if env is not None:
-        return env
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(base) / "afm" / "selector.sqlite")
+    return cache_location("AFM_SELECTOR_CACHE", "selector.sqlite")
 
 
 @dataclass(frozen=True)

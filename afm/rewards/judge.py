@@ -34,10 +34,9 @@ import random
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
-from afm.kvcache import KVCache, cache_key, open_cache
+from afm.kvcache import KVCache, cache_key, cache_location, open_cache
 from afm.rewards.ground_truth import GroundTruth
 from afm.rewards.qa import qa_match, resolve_mode
 from afm.rewards.verdict import parse_verdict
@@ -70,11 +69,7 @@ _OFF = ("", "off", "none", "0", "false", "disabled")
 
 def default_cache_location() -> str:
     """``AFM_JUDGE_CACHE``, else ``$XDG_CACHE_HOME/afm/judge.sqlite`` (``~/.cache`` by default)."""
-    env = os.environ.get("AFM_JUDGE_CACHE")
-    if env is not None:
-        return env
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(base) / "afm" / "judge.sqlite")
+    return cache_location("AFM_JUDGE_CACHE", "judge.sqlite")
 
 
 @dataclass(frozen=True)
