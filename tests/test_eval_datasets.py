@@ -327,6 +327,8 @@ def test_download_offline_fails_clearly_without_touching_the_network(tmp_path, m
 
     monkeypatch.setattr(dl, "_fetch_hf", no_network)
     monkeypatch.setattr(dl, "_fetch_lcb", no_network)
+    for var in dl.OFFLINE_ENV:  # scripts/test.sh exports some of these: start from a known state
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for name in ("gaia", "livecodebench_v5", "browsecomp"):
         where = get_benchmark(name).default_file
