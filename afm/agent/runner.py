@@ -105,7 +105,7 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
-            pass
+            pass  # not the main thread, or no signals here: Ctrl-C then just raises
     bar = None
     if progress:
         from tqdm.auto import tqdm

@@ -419,7 +419,7 @@ class JudgeSelector:
                 obj = json.loads(content[content.find("{"): content.rfind("}") + 1])
                 rationale = str(obj.get("rationale", "")) if isinstance(obj, dict) else ""
             except ValueError:
-                pass
+                pass  # the rationale is optional; the choice was already parsed
             return index, rationale, ""
         logger.warning("selector gave up after %d attempts: %s", cfg.max_retries + 1, error)
         return None, "", error

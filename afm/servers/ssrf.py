@@ -182,7 +182,7 @@ def _parse_entry(item: str) -> AllowEntry:
     try:
         return AllowEntry(network=ipaddress.ip_network(body, strict=False), port=port)
     except ValueError:
-        pass
+        pass  # not an address or network: read it as a host name below
     host = body.lower().rstrip(".")
     if not re.fullmatch(r"(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*", host) or _INET_ATON.match(host):
         raise ValueError(f"allow-list entry {item!r}: not an address, network, host name or *.domain")
