@@ -25,12 +25,12 @@ import concurrent.futures
 import json
 import logging
 import os
-import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from afm.chat_client import ChatClient, ChatEndpoint, ChatError
 from afm.kvcache import KVCache, cache_key, cache_location, open_cache
 from afm.rewards.qa import normalize_answer
 
@@ -50,7 +50,6 @@ evidence but not proof. If several are equally good, pick the lowest number.
 Reply with one JSON object and nothing else:
 {{"rationale": "<one or two sentences>", "best": <candidate number from 1 to {n}>}}"""
 
-_RETRY_STATUS = frozenset({408, 409, 425, 429})
 _OFF = ("", "off", "none", "0", "false", "disabled")
 _BOXED = "\\boxed{"
 _CHOICE_KEYS = ("best", "choice", "chosen", "candidate", "index", "selected", "selection", "answer", "best_candidate")
@@ -261,15 +260,6 @@ class SelectorStats:
     max_in_flight: int = 0
 
 
-def _reply_content(body: Any) -> str | None:
-    try:
-        choice = body["choices"][0]
-        content = choice["message"]["content"] if "message" in choice else choice["text"]
-    except (KeyError, IndexError, TypeError):
-        return None
-    return content if isinstance(content, str) else None
-
-
 def _trivial(candidates: Sequence[Any]) -> int | None:
     """The index to take without asking a model (one distinct answer, or none at all), else None."""
     distinct = {normalize_pred(c) for c in candidates} - {None}
@@ -318,13 +308,15 @@ class JudgeSelector:
         if not self.configured:
             return [Selection(select_majority(c), "majority" if _trivial(c) is None else "trivial")
                     for _, c in items]
-        import httpx
-
-        limit = self.config.concurrency
-        sem = asyncio.Semaphore(limit)
-        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
-                                     timeout=httpx.Timeout(self.config.timeout)) as client:
+        cfg = self.config
+        sem = asyncio.Semaphore(cfg.concurrency)
+        client = ChatClient(ChatEndpoint(cfg.base_url or "", cfg.model, api_key=cfg.api_key or "",
+                                         timeout=cfg.timeout, max_retries=cfg.max_retries, backoff=cfg.backoff,
+                                         max_backoff=cfg.max_backoff, max_connections=cfg.concurrency))
+        try:
             return list(await asyncio.gather(*(self._select(client, sem, q, list(c)) for q, c in items)))
+        finally:
+            await client.aclose()
 
     def select_batch(self, items: Sequence[tuple[str, Sequence[Any]]]) -> list[Selection]:
         """Blocking form of :meth:`aselect_batch`; safe to call from inside a running event loop."""
@@ -340,7 +332,7 @@ class JudgeSelector:
         return self.select_batch([(question, candidates)])[0].index
 
     # -- one selection -------------------------------------------------------------------------------------
-    async def _select(self, client: Any, sem: asyncio.Semaphore, question: str, candidates: list[Any]) -> Selection:
+    async def _select(self, client: ChatClient, sem: asyncio.Semaphore, question: str, candidates: list[Any]) -> Selection:
         trivial = _trivial(candidates)
         if trivial is not None:
             return Selection(trivial, "trivial")
@@ -362,67 +354,42 @@ class JudgeSelector:
             cache.set(key, json.dumps({"index": index, "rationale": rationale[:2000]}))
         return Selection(index, "judge", rationale=rationale)
 
-    def _delay(self, retry: int) -> float:
-        cfg = self.config
-        return min(cfg.max_backoff, cfg.backoff * 2 ** (retry - 1)) * (0.5 + random.random() / 2)
-
-    async def _ask(self, client: Any, sem: asyncio.Semaphore, messages: list[dict[str, str]],
+    async def _ask(self, client: ChatClient, sem: asyncio.Semaphore, messages: list[dict[str, str]],
                    n: int) -> tuple[int | None, str, str]:
         """``(index, rationale, last_error)`` after up to ``1 + max_retries`` attempts."""
-        import httpx
-
         cfg = self.config
-        url = cfg.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        body = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
-                "max_tokens": cfg.max_tokens}
-        error = ""
-        for attempt in range(cfg.max_retries + 1):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(self._delay(attempt))
-            try:
-                async with sem:
-                    self.stats.requests += 1
-                    self.stats.in_flight += 1
-                    self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
-                    try:
-                        async with asyncio.timeout(cfg.timeout):
-                            resp = await client.post(url, json=body, headers=headers)
-                    finally:
-                        self.stats.in_flight -= 1
-            except (TimeoutError, httpx.TimeoutException):
-                error = f"selector request timed out after {cfg.timeout:g}s"
-                continue
-            except httpx.HTTPError as exc:
-                error = f"selector request failed: {type(exc).__name__}: {exc}"
-                continue
-            status = resp.status_code
-            if status in _RETRY_STATUS or status >= 500:
-                error = f"selector HTTP {status}: {resp.text[:200]}"
-                continue
-            if status >= 400:
-                return None, "", f"selector HTTP {status} (not retried): {resp.text[:200]}"
-            try:
-                content = _reply_content(resp.json())
-            except ValueError:
-                content = None
-            if content is None:
-                error = f"malformed selector response: {resp.text[:200]!r}"
-                continue
+        chosen: list[int] = []
+
+        def check(content: str) -> str | None:
             index = parse_choice(content, n)
             if index is None:
-                error = f"no candidate number in selector reply: {content[:200]!r}"
-                continue
-            rationale = ""
+                return f"no candidate number in selector reply: {content[:200]!r}"
+            chosen.append(index)
+            return None
+
+        async with sem:
+            self.stats.in_flight += 1
+            self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
             try:
-                obj = json.loads(content[content.find("{"): content.rfind("}") + 1])
-                rationale = str(obj.get("rationale", "")) if isinstance(obj, dict) else ""
-            except ValueError:
-                pass  # the rationale is optional; the choice was already parsed
-            return index, rationale, ""
-        logger.warning("selector gave up after %d attempts: %s", cfg.max_retries + 1, error)
-        return None, "", error
+                reply = await client.complete(messages, check=check, temperature=cfg.temperature,
+                                              max_tokens=cfg.max_tokens)
+            except ChatError as exc:
+                self.stats.requests += exc.attempts
+                self.stats.retries += exc.attempts - 1
+                logger.warning("selector gave up: %s", exc)
+                return None, "", f"selector {exc}"
+            finally:
+                self.stats.in_flight -= 1
+        self.stats.requests += reply.attempts
+        self.stats.retries += reply.attempts - 1
+        rationale = ""
+        try:
+            content = reply.content
+            obj = json.loads(content[content.find("{"): content.rfind("}") + 1])
+            rationale = str(obj.get("rationale", "")) if isinstance(obj, dict) else ""
+        except ValueError:
+            pass  # the rationale is optional; the choice was already parsed
+        return chosen[-1], rationale, ""
 
 
 def get_selector(name: str | None, **overrides: Any) -> MajoritySelector | JudgeSelector | None:

@@ -30,12 +30,12 @@ import concurrent.futures
 import json
 import logging
 import os
-import random
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from afm.chat_client import ChatClient, ChatEndpoint, ChatError
 from afm.kvcache import KVCache, cache_key, cache_location, open_cache
 from afm.rewards.ground_truth import GroundTruth
 from afm.rewards.qa import qa_match, resolve_mode
@@ -63,7 +63,6 @@ Rules:
 Reply with one JSON object and nothing else:
 {{"rationale": "<one or two sentences>", "judgement": "correct" or "incorrect"}}"""
 
-_RETRY_STATUS = frozenset({408, 409, 425, 429})
 _OFF = ("", "off", "none", "0", "false", "disabled")
 
 
@@ -153,22 +152,6 @@ def build_messages(question: str, golds: Sequence[str], prediction: str) -> list
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def _reply_content(body: Any) -> str | None:
-    try:
-        choice = body["choices"][0]
-        content = choice["message"]["content"] if "message" in choice else choice["text"]
-    except (KeyError, IndexError, TypeError):
-        return None
-    return content if isinstance(content, str) else None
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    try:
-        return float(headers.get("retry-after", ""))
-    except ValueError:
-        return None
-
-
 class Judge:
     """An OpenAI-compatible judge; see the module docstring. Thread-safe and usable from any event loop."""
 
@@ -246,17 +229,14 @@ class Judge:
                 self._cache = open_cache(location, namespace="judge", ttl=self.config.cache_ttl)
         return self._cache
 
-    def _http(self) -> Any:
+    def _http(self) -> ChatClient:
         if self._client is None:
-            try:
-                import httpx
-            except ImportError as exc:  # pragma: no cover - httpx ships with the servers extra
-                raise ImportError("the LLM judge needs httpx: pip install 'afm[servers]'") from exc
-            limit = self.config.concurrency
-            self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=limit,
-                                                                 max_keepalive_connections=limit),
-                                             timeout=httpx.Timeout(self.config.timeout))
-            self._sem = asyncio.Semaphore(limit)
+            cfg = self.config
+            self._client = ChatClient(ChatEndpoint(cfg.base_url or "", cfg.model, api_key=cfg.api_key or "",
+                                                   timeout=cfg.timeout, max_retries=cfg.max_retries,
+                                                   backoff=cfg.backoff, max_backoff=cfg.max_backoff,
+                                                   max_connections=cfg.concurrency))
+            self._sem = asyncio.Semaphore(cfg.concurrency)
         return self._client
 
     def cache_key(self, question: str, golds: Sequence[str], prediction: str) -> str:
@@ -287,65 +267,38 @@ class Judge:
             cache.set(key, json.dumps({"correct": correct, "votes": list(votes), "rationale": rationale[:2000]}))
         return Verdict(correct, votes, rationale, error=errors, attempts=attempts)
 
-    def _delay(self, retry: int, retry_after: float | None) -> float:
-        cfg = self.config
-        delay = min(cfg.max_backoff, cfg.backoff * 2 ** (retry - 1)) * (0.5 + random.random() / 2)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, cfg.max_backoff))
-        return delay
-
     async def _vote(self, messages: list[dict[str, str]]) -> tuple[bool | None, str, int, str]:
         """One vote with retries: ``(verdict, rationale, attempts, last_error)``."""
-        import httpx
-
         cfg = self.config
         client = self._http()
-        url = cfg.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        body = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
-                "max_tokens": cfg.max_tokens}
-        error, retry_after = "", None
-        for attempt in range(cfg.max_retries + 1):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(self._delay(attempt, retry_after))
-            retry_after = None
-            try:
-                async with self._sem:
-                    self.stats.requests += 1
-                    self.stats.in_flight += 1
-                    self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
-                    try:
-                        async with asyncio.timeout(cfg.timeout):
-                            resp = await client.post(url, json=body, headers=headers)
-                    finally:
-                        self.stats.in_flight -= 1
-            except (TimeoutError, httpx.TimeoutException):
-                error = f"judge request timed out after {cfg.timeout:g}s"
-                continue
-            except httpx.HTTPError as exc:
-                error = f"judge request failed: {type(exc).__name__}: {exc}"
-                continue
-            status = resp.status_code
-            if status in _RETRY_STATUS or status >= 500:
-                error, retry_after = f"judge HTTP {status}: {resp.text[:200]}", _retry_after(resp.headers)
-                continue
-            if status >= 400:
-                return None, "", attempt + 1, f"judge HTTP {status} (not retried): {resp.text[:200]}"
-            try:
-                content = _reply_content(resp.json())
-            except ValueError:
-                content = None
-            if content is None:
-                error = f"malformed judge response: {resp.text[:200]!r}"
-                continue
+        parsed: list[tuple[bool, str]] = []
+
+        def check(content: str) -> str | None:
             verdict, rationale = parse_verdict(content)
             if verdict is None:
-                error = f"no verdict in judge reply: {content[:200]!r}"
-                continue
-            return verdict, rationale, attempt + 1, ""
-        logger.warning("judge gave up after %d attempts: %s", cfg.max_retries + 1, error)
-        return None, "", cfg.max_retries + 1, error
+                return f"no verdict in judge reply: {content[:200]!r}"
+            parsed.append((verdict, rationale))
+            return None
+
+        assert self._sem is not None
+        async with self._sem:
+            self.stats.in_flight += 1
+            self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+            try:
+                reply = await client.complete(messages, check=check, temperature=cfg.temperature,
+                                              max_tokens=cfg.max_tokens)
+            except ChatError as exc:
+                self.stats.requests += exc.attempts
+                self.stats.retries += exc.attempts - 1
+                if exc.attempts > cfg.max_retries:
+                    logger.warning("judge gave up: %s", exc)
+                return None, "", exc.attempts, f"judge {exc}"
+            finally:
+                self.stats.in_flight -= 1
+        self.stats.requests += reply.attempts
+        self.stats.retries += reply.attempts - 1
+        verdict, rationale = parsed[-1]
+        return verdict, rationale, reply.attempts, ""
 
 
 _JUDGES: dict[JudgeConfig, Judge] = {}

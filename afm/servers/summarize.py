@@ -21,11 +21,11 @@ import asyncio
 import json
 import logging
 import os
-import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
+from afm.chat_client import ChatClient as SharedChatClient
+from afm.chat_client import ChatEndpoint, ChatError
 
 log = logging.getLogger(__name__)
 
@@ -194,52 +194,31 @@ def merge_prompt(goal: Goal, url: str, notes: list[tuple[int, str]], total: int)
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
+def _nonempty(content: str) -> str | None:
+    return None if content.strip() else "answered with an empty message"
+
+
 class ChatClient:
-    """Minimal async OpenAI-compatible ``/chat/completions`` client with retries, backoff and a timeout."""
+    """The summary model's client: :class:`afm.chat_client.ChatClient` with :class:`LLMSettings`."""
 
     def __init__(self, settings: LLMSettings) -> None:
         self.settings = settings
-        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-        self._client = httpx.AsyncClient(base_url=settings.base_url.rstrip("/"), headers=headers,
-                                         timeout=httpx.Timeout(settings.timeout_s, connect=min(10.0,
-                                                                                              settings.timeout_s)))
+        self._chat = SharedChatClient(ChatEndpoint(settings.base_url, settings.model, api_key=settings.api_key,
+                                                   timeout=settings.timeout_s, max_retries=settings.max_retries,
+                                                   backoff=settings.backoff_s))
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._chat.aclose()
 
     async def complete(self, messages: list[dict[str, str]]) -> str:
         """The reply text; raises :class:`LLMError` when every attempt failed."""
         s = self.settings
-        payload = {"model": s.model, "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature}
-        error = ""
-        for attempt in range(s.max_retries + 1):
-            if attempt:
-                # Exponential backoff with jitter, so many workers do not retry in lockstep.
-                await asyncio.sleep(min(30.0, s.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random()))
-            try:
-                response = await self._client.post("/chat/completions", json=payload)
-            except httpx.TimeoutException:
-                error = f"timed out after {s.timeout_s:g} s"
-                continue
-            except httpx.HTTPError as exc:
-                error = f"unreachable ({type(exc).__name__})"
-                continue
-            if response.status_code >= 400:
-                error = f"HTTP {response.status_code}"
-                # Client errors other than rate limits and timeouts will not change on a retry.
-                if response.status_code < 500 and response.status_code not in (408, 409, 429):
-                    break
-                continue
-            try:
-                content = response.json()["choices"][0]["message"]["content"]
-            except (ValueError, KeyError, IndexError, TypeError):
-                error = "answered with a malformed response"
-                continue
-            if not isinstance(content, str) or not content.strip():
-                error = "answered with an empty message"
-                continue
-            return content.strip()
-        raise LLMError(f"{error} after {s.max_retries + 1} attempt(s)" if error else "no answer")
+        try:
+            reply = await self._chat.complete(messages, check=_nonempty, max_tokens=s.max_tokens,
+                                              temperature=s.temperature)
+        except ChatError as exc:
+            raise LLMError(str(exc)) from exc
+        return reply.content.strip()
 
 
 class Summarizer:

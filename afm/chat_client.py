@@ -1,0 +1,158 @@
+"""One async client for OpenAI-compatible ``/chat/completions`` endpoints (teacher roles, judges, selectors).
+
+Retries timeouts, connection errors, 429 and 5xx with jittered exponential backoff (honouring ``Retry-After``);
+other 4xx fail at once. Token usage is returned with every reply so callers can account for cost. A leaf module:
+it imports nothing from afm, and httpx lazily (extra ``servers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+RETRY_STATUS = frozenset({408, 409, 425, 429})
+
+
+class ChatError(RuntimeError):
+    """A request that failed for good: ``status`` is the HTTP status (None for transport errors or bad bodies)."""
+
+    def __init__(self, message: str, status: int | None = None, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+
+
+@dataclass
+class ChatReply:
+    """The first choice's text with its usage; ``attempts`` counts HTTP requests made (1 = no retry)."""
+
+    content: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    model: str = ""
+    latency_s: float = 0.0
+    attempts: int = 1
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class ChatEndpoint:
+    """Where and how to call: ``base_url`` ends before ``/chat/completions`` (e.g. ``http://host:8000/v1``)."""
+
+    base_url: str
+    model: str
+    api_key: str = ""
+    timeout: float = 120.0
+    max_retries: int = 3
+    backoff: float = 1.0
+    max_backoff: float = 30.0
+    max_connections: int = 64
+
+
+def reply_content(body: Any) -> str | None:
+    """Text of the first choice of a chat (or completions) response body, or None when it is not there."""
+    try:
+        choice = body["choices"][0]
+        content = choice["message"]["content"] if "message" in choice else choice["text"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return content if isinstance(content, str) else None
+
+
+def retry_delay(attempt: int, backoff: float, max_backoff: float, retry_after: float | None = None) -> float:
+    """Jittered exponential delay before retry number ``attempt`` (1-based), at least ``Retry-After``."""
+    delay = min(max_backoff, backoff * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, max_backoff))
+    return delay
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    try:
+        return float(headers.get("retry-after", ""))
+    except ValueError:
+        return None
+
+
+class ChatClient:
+    """Async client for one endpoint; reuse it across requests (it holds a connection pool)."""
+
+    def __init__(self, endpoint: ChatEndpoint) -> None:
+        self.endpoint = endpoint
+        self._client: Any = None
+
+    def _http(self) -> Any:
+        if self._client is None:
+            try:
+                import httpx
+            except ImportError as exc:  # pragma: no cover - httpx ships with the servers extra
+                raise ImportError("OpenAI-compatible clients need httpx: pip install 'afm[servers]'") from exc
+            ep = self.endpoint
+            self._client = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=ep.max_connections, max_keepalive_connections=ep.max_connections),
+                timeout=httpx.Timeout(ep.timeout))
+        return self._client
+
+    async def complete(self, messages: Sequence[Mapping[str, str]], *,
+                       check: Callable[[str], str | None] | None = None, **params: Any) -> ChatReply:
+        """One chat completion; ``params`` (temperature, max_tokens, stop, ...) go into the request body.
+
+        ``check(content)`` returns None to accept a reply, or a reason to treat it like a failed attempt (retried,
+        and the reason reported if every attempt fails): a judge whose reply holds no verdict, an empty summary.
+        """
+        import httpx
+
+        ep = self.endpoint
+        url = ep.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Authorization": f"Bearer {ep.api_key}"} if ep.api_key else {}
+        body = {"model": ep.model, "messages": [dict(m) for m in messages], **params}
+        error, status, retry_after = "", None, None
+        t0 = time.monotonic()
+        for attempt in range(ep.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(retry_delay(attempt, ep.backoff, ep.max_backoff, retry_after))
+            retry_after = None
+            try:
+                async with asyncio.timeout(ep.timeout):
+                    resp = await self._http().post(url, json=body, headers=headers)
+            except (TimeoutError, httpx.TimeoutException):
+                error, status = f"timed out after {ep.timeout:g} s", None
+                continue
+            except httpx.HTTPError as exc:
+                error, status = f"request failed ({type(exc).__name__}: {exc})", None
+                continue
+            status = resp.status_code
+            if status in RETRY_STATUS or status >= 500:
+                error, retry_after = f"HTTP {status}: {resp.text[:200]}", _retry_after(resp.headers)
+                continue
+            if status >= 400:
+                raise ChatError(f"HTTP {status} (not retried): {resp.text[:300]}", status, attempt + 1)
+            try:
+                data = resp.json()
+            except ValueError:
+                data = None
+            content = reply_content(data)
+            if content is None:
+                error = f"answered with a malformed response: {resp.text[:200]!r}"
+                continue
+            problem = check(content) if check is not None else None
+            if problem is not None:
+                error = problem
+                continue
+            usage = data.get("usage") or {}
+            choice = data["choices"][0]
+            return ChatReply(content=content, prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                             completion_tokens=int(usage.get("completion_tokens") or 0),
+                             finish_reason=choice.get("finish_reason"), model=str(data.get("model") or ep.model),
+                             latency_s=time.monotonic() - t0, attempts=attempt + 1, raw=data)
+        raise ChatError(f"{error} after {ep.max_retries + 1} attempt(s)", status, ep.max_retries + 1)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
