@@ -2,6 +2,7 @@
 
     afm quickstart [--workdir runs/quickstart]   the main job on embedded defaults (offline, CPU)
     afm validate FILE [--field output] [--tags ...]   check CoA trajectories in a JSON/JSONL dataset
+    afm data COMMAND ...                         data pipeline (afm data -h)
     afm doctor [--fix]                           environment report (torch, LLaMA-Factory, verl)
 """
 
@@ -81,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         return infer_main(argv[1:])
     if argv[:1] == ["eval"]:
         return _eval(argv[1:])
+    if argv[:1] == ["data"]:
+        from afm.data.cli import main as data_main
+
+        return data_main(argv[1:])
     parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quickstart", help="tiny model + demo data + masked SFT and DPO, offline on CPU")
@@ -98,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("sandbox", help="check the code sandbox on this machine, or run a file in it (afm sandbox -h)")
     sub.add_parser("infer", help="run CoA trajectories for a question file (afm infer -h)")
     sub.add_parser("eval", help="evaluate on benchmarks (afm eval run -h) and write reports (afm eval report -h)")
+    sub.add_parser("data", help="distillation, conversion, filters, DPO pairs, RL selection and parquet (afm data -h)")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
         from afm.quickstart import run
