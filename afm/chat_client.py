@@ -37,6 +37,7 @@ class ChatReply:
     model: str = ""
     latency_s: float = 0.0
     attempts: int = 1
+    usage_reported: bool = True  # False when the server sent no token counts (they are 0 then)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -146,8 +147,9 @@ class ChatClient:
                 continue
             usage = data.get("usage") or {}
             choice = data["choices"][0]
+            reported = all(isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens"))
             return ChatReply(content=content, prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                             completion_tokens=int(usage.get("completion_tokens") or 0),
+                             completion_tokens=int(usage.get("completion_tokens") or 0), usage_reported=reported,
                              finish_reason=choice.get("finish_reason"), model=str(data.get("model") or ep.model),
                              latency_s=time.monotonic() - t0, attempts=attempt + 1, raw=data)
         raise ChatError(f"{error} after {ep.max_retries + 1} attempt(s)", status, ep.max_retries + 1)
