@@ -113,6 +113,12 @@ export NSJAIL_PATH="${NSJAIL_PATH:-}"
 # Python run inside the jail; empty = the system python3.X matching afm's, or afm's own if it is world-readable.
 export AFM_SANDBOX_PYTHON="${AFM_SANDBOX_PYTHON:-}"
 
+# ---- RL on verl (experiments/train_dapo_*.sh; knobs per run: `bash experiments/train_dapo_web_agent.sh --help`) ----
+# On a multi-node cluster, source this file on every node before `ray start` (experiments/ray_cluster.sh does):
+# Ray workers inherit the environment, which is how the judge keys and tool server addresses reach rollout and
+# reward workers. Virtual environment of the RL scripts (verl[verl-core]==0.9.1; see README "Agentic RL").
+export AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"
+
 # ---- experiment tracking (sft_scripts with REPORT_TO=swanlab|wandb, experiments/) -----------------------------------
 # SwanLab: the key (or a stored `swanlab login`) is read by swanlab itself; the project is passed as --swanlab_project.
 if [[ -n "${SWANLAB_API_KEY:-}" ]]; then export SWANLAB_API_KEY; fi

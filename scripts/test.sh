@@ -1,9 +1,38 @@
 #!/usr/bin/env bash
-# Install what the tests need (scripts/install.sh: .venv with CPU torch, LLaMA-Factory, pytest) and run them.
-#   bash scripts/test.sh [pytest args...]
+# Install what the tests need and run them, in two environments (LLaMA-Factory and verl cannot share one):
+#   1. .venv     (scripts/install.sh: CPU torch, LLaMA-Factory, servers, sandbox, eval, dev) -> every test but tests/rl
+#   2. .venv-rl  (extras rl,servers,sandbox,eval,dev: verl[verl-core]==0.9.1)              -> tests/rl
+#   bash scripts/test.sh [pytest args...]      # args go to both runs
+#   AFM_SKIP_RL=1 bash scripts/test.sh ...     # only the first environment
+#   AFM_ONLY_RL=1 bash scripts/test.sh ...     # only the verl tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
-if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-exec "$PY" -m pytest "$@"
+AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"
+
+# Test paths given on the command line go to the environment they belong to; flags go to both.
+flags=() main_paths=() rl_paths=()
+for a in "$@"; do
+  if [[ "$a" == -* ]]; then flags+=("$a")
+  elif [[ "$a" == tests/rl* ]]; then rl_paths+=("$a")
+  else main_paths+=("$a"); fi
+done
+run_main=1 run_rl=1
+if (( ${#main_paths[@]} + ${#rl_paths[@]} > 0 )); then
+  (( ${#main_paths[@]} > 0 )) || run_main=0
+  (( ${#rl_paths[@]} > 0 )) || run_rl=0
+fi
+[[ "${AFM_ONLY_RL:-0}" == "1" ]] && run_main=0
+[[ "${AFM_SKIP_RL:-0}" == "1" ]] && run_rl=0
+
+status=0
+if (( run_main )); then
+  bash scripts/install.sh
+  if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
+  "$PY" -m pytest --ignore=tests/rl "${flags[@]}" "${main_paths[@]}" || status=$?
+fi
+if (( run_rl )); then
+  AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" bash scripts/install.sh
+  "$AFM_RL_VENV/bin/python" -m pytest "${flags[@]}" "${rl_paths[@]:-tests/rl}" || status=$?
+fi
+exit "$status"

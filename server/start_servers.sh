@@ -78,7 +78,8 @@ read_pid() { [[ -f "$RUN_DIR/$1.pid" ]] && cat "$RUN_DIR/$1.pid" || true; }
 port_busy() { (exec 3<> "/dev/tcp/$(probe_host)/$1") 2> /dev/null; }
 
 healthy() {
-  local url="http://$(probe_host):$1/health"
+  local url
+  url="http://$(probe_host):$1/health"
   if command -v curl > /dev/null; then
     curl -fsS -m 2 -o /dev/null "$url" 2> /dev/null
   else
@@ -91,7 +92,8 @@ module_exists() {
 }
 
 extra_args() {
-  local name="$1" site="http://$(probe_host):$(port_of demo_site)"
+  local name="$1" site
+  site="http://$(probe_host):$(port_of demo_site)"
   case "$name" in
     search)
       local backend="${WEB_SEARCH_BACKEND:-auto}"

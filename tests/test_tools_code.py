@@ -104,3 +104,15 @@ def test_afm_sandbox_cli(tmp_path):
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "sandbox check passed" in check.stdout and "FAIL" not in check.stdout
+
+
+@pytest.mark.parametrize(("name", "expected"), [("web", ["web_search", "crawl_page"]), ("mhqa", ["wiki_search"]),
+                                                ("code", ["code"]),
+                                                ("afm", ["web_search", "crawl_page", "wiki_search", "code"])])
+def test_verl_tool_configs_load_as_afm_tools(name, expected):
+    # The same files drive verl (through afm.rl.tools.AfmVerlTool) and `afm infer --tools-config`.
+    tools = load_tools_config(f"configs/verl/tools/{name}.yaml")
+    assert list(tools) == expected
+    assert all(tool.name == n for n, tool in tools.items())
+    if "code" in tools:
+        assert isinstance(tools["code"], CodeTool) and tools["code"].sandbox_config.limits.wall_s > 0

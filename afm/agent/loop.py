@@ -141,7 +141,12 @@ async def run_trajectory(backend: ModelBackend, tokenizer: TokenizerAdapter, too
                 traj.ids_source = gen.ids_source
             ids = gen.ids[:room]  # a backend may overshoot; the context must never exceed the budget
             text = gen.text if len(ids) == len(gen.ids) else tokenizer.decode(ids)
-            traj.segments.append(Segment("model", ids, text))
+            logprobs = gen.meta.get("logprobs")
+            if logprobs is not None and len(logprobs) >= len(ids):
+                logprobs = [float(x) for x in logprobs[: len(ids)]]
+            else:  # a backend that reports none (or too few) for these ids
+                logprobs = None
+            traj.segments.append(Segment("model", ids, text, logprobs))
             context.extend(ids)
             response_len += len(ids)
             if gen.finish == "eos":
@@ -168,7 +173,7 @@ async def run_trajectory(backend: ModelBackend, tokenizer: TokenizerAdapter, too
             obs_ids, obs_text, shrunk = _fit_observation(tokenizer, obs, config, len(context), response_len)
             rec.truncated = truncated or shrunk
             rec.observation_chars = len(obs_text)
-            rec.observation_tokens = len(obs_ids)
+            rec.observation_tokens = len(obs_ids) if obs_ids is not None else 0
             traj.tool_calls.append(rec)
             if obs_ids is None:
                 traj.finish_reason = "max_tokens"

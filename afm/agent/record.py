@@ -23,6 +23,9 @@ class Segment:
     kind: SegmentKind
     ids: list[int]
     text: str
+    # Per-token log-probabilities the backend reported for sampled ids (``model`` segments only; None when the
+    # backend returned none). Same length as ``ids``.
+    logprobs: list[float] | None = None
 
     @property
     def mask(self) -> int:
@@ -119,7 +122,9 @@ class Trajectory:
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         return cls(
             prompt_ids=list(d["prompt_ids"]),
-            segments=[Segment(s["kind"], list(s["ids"]), s["text"]) for s in d.get("segments", [])],
+            segments=[Segment(s["kind"], list(s["ids"]), s["text"],
+                              list(s["logprobs"]) if s.get("logprobs") is not None else None)
+                      for s in d.get("segments", [])],
             tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
             finish_reason=d.get("finish_reason"),
             error=d.get("error"),

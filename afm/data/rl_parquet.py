@@ -52,6 +52,7 @@ EXAMPLES_PER_REASON = 3
 SOURCE_KEY = "_afm_source"
 """Items may carry ``{SOURCE_KEY: "file:line"}``; reports then name that place instead of the item number."""
 TOOL_NAMES = ("web_search", "crawl_page", "wiki_search", "code", "visual_inspector")
+"""Tools a row may name in ``tools_kwargs`` (plus any tool of the row's prompt, e.g. search_r1's ``search``)."""
 _TARGET_KEYS = ("target", "targets", "answer", "answers", "ground_truth")
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 
@@ -299,9 +300,10 @@ def build_rl_rows(items: Iterable[Mapping[str, Any]], *, data_source: str, promp
     except KeyError as exc:
         raise ValueError(str(exc.args[0]) if exc.args else str(exc)) from None
     tool_list = list(prompt.tools if tools is None else tools)
-    bad_tools = [t for t in tool_list if t not in TOOL_NAMES]
+    known_tools = dict.fromkeys([*TOOL_NAMES, *prompt.tools])
+    bad_tools = [t for t in tool_list if t not in known_tools]
     if bad_tools:
-        raise ValueError(f"unknown tools {bad_tools}; known: {', '.join(TOOL_NAMES)}")
+        raise ValueError(f"unknown tools {bad_tools}; known: {', '.join(known_tools)}")
     unknown_kw = sorted(set(tools_kwargs or {}) - set(tool_list))
     if unknown_kw:
         raise ValueError(f"tools_kwargs names tools {unknown_kw} that are not among the row's tools {tool_list}")

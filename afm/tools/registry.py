@@ -23,6 +23,10 @@ TOOL_CLASSES: dict[str, str] = {
 }
 
 
+# Keys of afm.rl.tools.AfmVerlTool's config that belong to the adapter, not to the afm tool it wraps.
+VERL_ADAPTER_KEYS = frozenset({"type", "afm_tool", "afm_class", "call_timeout"})
+
+
 def register_tool(name: str, target: str | type[Tool]) -> None:
     """Register a tool class (or its ``module:Class`` path) under a tag name, replacing any previous one."""
     if isinstance(target, type):
@@ -56,7 +60,8 @@ def load_tools_config(source: str | Path | Mapping[str, Any] | list[Any]) -> dic
     """Build tools from a YAML file or its parsed content.
 
     Accepted shapes: ``{tools: [{name, class_name?, config?}, ...]}`` (ours), a bare list of those, or verl's
-    ``{tools: [{class_name, config, tool_schema: {function: {name}}}]}``.
+    ``{tools: [{class_name, config, tool_schema: {function: {name}}}]}`` — with ``config.afm_tool`` naming the afm
+    tool when the class is the verl adapter (``configs/verl/tools/*.yaml``).
     """
     data: Any = source
     if isinstance(source, (str, Path)):
@@ -64,8 +69,16 @@ def load_tools_config(source: str | Path | Mapping[str, Any] | list[Any]) -> dic
     entries = data.get("tools", []) if isinstance(data, Mapping) else data
     tools: dict[str, Tool] = {}
     for entry in entries or []:
-        name = entry.get("name") or (entry.get("tool_schema") or {}).get("function", {}).get("name")
+        config = dict(entry.get("config") or {})
+        if "afm_tool" in config:
+            # verl's shape with our adapter (configs/verl/tools/*.yaml): the afm tool is named in the config, and
+            # the adapter's own keys are not the tool's.
+            name, class_name = str(config["afm_tool"]), config.get("afm_class")
+            config = {k: v for k, v in config.items() if k not in VERL_ADAPTER_KEYS}
+        else:
+            name = entry.get("name") or (entry.get("tool_schema") or {}).get("function", {}).get("name")
+            class_name = entry.get("class_name")
         if not name:
             raise ValueError(f"tool entry without a name: {entry!r}")
-        tools[name] = build_tool(name, entry.get("config") or {}, entry.get("class_name"))
+        tools[name] = build_tool(name, config, class_name)
     return tools

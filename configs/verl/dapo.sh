@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# configs/verl/dapo.sh: the DAPO recipe as verl 0.9.1 Hydra overrides (sourced by experiments/common.sh).
+#
+# verl 0.9.1 has no recipe/ folder: every DAPO piece is a built-in key of the `ppo_trainer` config.
+#
+#   piece                     override(s)                                                   why
+#   group baseline            algorithm.adv_estimator=grpo (rollout.n > 1)                  no critic
+#   clip-higher               actor.clip_ratio_low=0.2  actor.clip_ratio_high=0.28          keeps entropy up
+#   dual clip                 actor.clip_ratio_c=$CLIP_RATIO_C (web: 10.0, else 3.0)        bounds negative-adv ratio
+#   token-level loss          actor.loss_agg_mode=token-mean                                long responses count per token
+#   no KL                     algorithm.use_kl_in_reward=False  actor.use_kl_loss=False     no reference model needed
+#   dynamic sampling          algorithm.filter_groups.{enable,metric,max_inflight_gen_batches}
+#                             (V1 trainer only: trainer.use_v1=true)                        drops all-0 / all-1 groups
+#   overlong reward shaping   reward.reward_manager.name=dapo
+#                             +reward.reward_kwargs.{max_resp_len,overlong_buffer_cfg.*}    see experiments/common.sh
+#
+# filter_groups.metric=acc: our compute_score returns `acc` (the answer alone, 0/1) next to `score` (acc after the
+# format rule and penalties). Filtering on acc keeps a group whose answers differ even when every score carries
+# an overlong penalty; filtering on score would keep groups that differ only in length penalty.
+# max_num_gen_batches is passed for readers of the DAPO paper but the built-in V1 ReplayBuffer ignores it (it logs
+# a warning); the bound that applies is max_inflight_gen_batches (prompt batches of data.train_batch_size that
+# may be generating at once while filtered groups are refilled).
+
+# afm_dapo_overrides: print the DAPO overrides, one per line. Reads FILTER_GROUPS, FILTER_METRIC,
+# MAX_INFLIGHT_GEN_BATCHES, MAX_NUM_GEN_BATCHES, CLIP_RATIO_LOW, CLIP_RATIO_HIGH, CLIP_RATIO_C, LOSS_AGG_MODE
+# (already validated by the caller).
+afm_dapo_overrides() {
+  printf '%s\n' \
+    "algorithm.adv_estimator=grpo" \
+    "algorithm.norm_adv_by_std_in_grpo=True" \
+    "algorithm.use_kl_in_reward=False" \
+    "actor_rollout_ref.actor.use_kl_loss=False" \
+    "actor_rollout_ref.actor.kl_loss_coef=0.0" \
+    "actor_rollout_ref.actor.entropy_coeff=0" \
+    "actor_rollout_ref.actor.clip_ratio_low=${CLIP_RATIO_LOW}" \
+    "actor_rollout_ref.actor.clip_ratio_high=${CLIP_RATIO_HIGH}" \
+    "actor_rollout_ref.actor.clip_ratio_c=${CLIP_RATIO_C}" \
+    "actor_rollout_ref.actor.loss_agg_mode=${LOSS_AGG_MODE}" \
+    "algorithm.filter_groups.enable=${FILTER_GROUPS}" \
+    "algorithm.filter_groups.metric=${FILTER_METRIC}" \
+    "algorithm.filter_groups.max_num_gen_batches=${MAX_NUM_GEN_BATCHES}" \
+    "algorithm.filter_groups.max_inflight_gen_batches=${MAX_INFLIGHT_GEN_BATCHES}" \
+    "trainer.use_v1=true" \
+    "trainer.v1.trainer_mode=sync"
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# DAPO for the code agent (sandboxed code tool, unit-test reward): 256 prompts x 8 rollouts, mini-batch 32,
+# lr 1e-6, <=8 tool calls, clip 0.2/0.28. Two-stage length schedule (the paper grows the budget from 16k to 32k):
+#   STAGE=1 (default): prompt 4k + response 16k; train until the reward plateaus;
+#   STAGE=2: prompt 4k + response 28k (32k context), starting from the stage-1 policy:
+#     python -m verl.model_merger merge --backend fsdp \
+#       --local_dir checkpoints/afm_rl/dapo_code_agent/global_step_N/actor --target_dir saves/code_rl_stage1
+#     STAGE=2 MODEL_PATH=saves/code_rl_stage1 bash experiments/train_dapo_code_agent.sh
+# Expects 8 nodes x 8 H100/H200 for the 32B model. The code tool and code rewards run in afm's sandbox (nsjail or
+# bubblewrap) on every node.
+#
+#   bash experiments/train_dapo_code_agent.sh --dry-run          # print the verl command (every Hydra override), run nothing
+#   bash experiments/train_dapo_code_agent.sh                    # train (logs to $CKPT_DIR/train.log)
+#   ROLLOUT_ENGINE=sglang LOGGER=console,wandb bash experiments/train_dapo_code_agent.sh trainer.total_epochs=1
+#   NNODES=8 bash experiments/train_dapo_code_agent.sh           # on the Ray head, after experiments/ray_cluster.sh
+#   RESUME_MODE=auto bash experiments/train_dapo_code_agent.sh   # (default) continue from the newest checkpoint
+#
+# Defaults of this script (each one an environment variable):
+#   MODEL_PATH=saves/qwen2.5_32b_code_sft  TRAIN_FILES=data/rl/code_train.parquet  VAL_FILES=data/rl/code_val.parquet
+#   STAGE=1 TP=4 GPU_MEM_UTIL=0.5 ROLLOUT_N=8 TRAIN_BATCH_SIZE=256 MINI_BATCH_SIZE=32 USE_DYNAMIC_BSZ=false
+#   MAX_PROMPT_LENGTH=4096 MAX_RESPONSE_LENGTH=16384 (STAGE=2: 28672) MAX_TURNS=8 WARMUP_STEPS=10
+#   TOTAL_EPOCHS=100 TOTAL_TRAINING_STEPS=2000 SAVE_FREQ=5 TEST_FREQ=10 REWARD_FN=compute_score
+# Every other knob (NNODES, GPUS_PER_NODE, ROLLOUT_ENGINE, LR, LOGGER, CKPT_DIR, RESUME_MODE, REWARD_MANAGER, ...)
+# is listed in experiments/common.sh and printed by: bash experiments/train_dapo_code_agent.sh --help
+set -euo pipefail
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+afm_rl_main code "experiments/train_dapo_code_agent.sh" "$@"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# DAPO for the web agent (web_search + crawl_page, LLM-judge reward): 64 prompts x 8 rollouts, lr 1e-6,
+# prompt 2k + response 30k (32k context), <=25 turns, clip 0.2/0.28 (dual clip 10), overlong buffer 3840.
+# Expects 8 nodes x 8 H100/H200 for the 32B model (the paper's run: 60 steps); a 7B fits on one node with TP=4.
+# Needs the search and crawl servers (server/start_servers.sh) reachable from every node, and GRM_* for the judge.
+#
+#   bash experiments/train_dapo_web_agent.sh --dry-run          # print the verl command (every Hydra override), run nothing
+#   bash experiments/train_dapo_web_agent.sh                    # train (logs to $CKPT_DIR/train.log)
+#   ROLLOUT_ENGINE=sglang LOGGER=console,wandb bash experiments/train_dapo_web_agent.sh trainer.total_epochs=1
+#   NNODES=8 bash experiments/train_dapo_web_agent.sh           # on the Ray head, after experiments/ray_cluster.sh
+#   RESUME_MODE=auto bash experiments/train_dapo_web_agent.sh   # (default) continue from the newest checkpoint
+#
+# Defaults of this script (each one an environment variable):
+#   MODEL_PATH=saves/qwen2.5_32b_sft  TRAIN_FILES=data/rl/web_train.parquet  VAL_FILES=data/rl/web_val.parquet
+#   TP=8 GPU_MEM_UTIL=0.3 ROLLOUT_N=8 TRAIN_BATCH_SIZE=64 MINI_BATCH_SIZE=64 USE_DYNAMIC_BSZ=true
+#   MAX_PROMPT_LENGTH=2048 MAX_RESPONSE_LENGTH=30720 MAX_TURNS=25 WARMUP_STEPS=3 WEIGHT_DECAY=0.1 CLIP_RATIO_C=10.0
+#   TOTAL_EPOCHS=2 TOTAL_TRAINING_STEPS=60 SAVE_FREQ=5 TEST_FREQ=10 REWARD_FN=compute_score_async
+# Every other knob (NNODES, GPUS_PER_NODE, ROLLOUT_ENGINE, LR, LOGGER, CKPT_DIR, RESUME_MODE, REWARD_MANAGER, ...)
+# is listed in experiments/common.sh and printed by: bash experiments/train_dapo_web_agent.sh --help
+set -euo pipefail
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+afm_rl_main web "experiments/train_dapo_web_agent.sh" "$@"

