@@ -158,3 +158,26 @@ class ChatClient:
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
+
+
+async def counted_complete(client: ChatClient, messages: Sequence[Mapping[str, str]], *, stats: Any,
+                           limit: asyncio.Semaphore | None = None, check: Callable[[str], str | None] | None = None,
+                           **params: Any) -> ChatReply:
+    """:meth:`ChatClient.complete` under ``limit``, counting into ``stats`` (any object with ``requests``,
+    ``retries``, ``in_flight`` and ``max_in_flight`` fields, e.g. the judge's and the selector's stats)."""
+    if limit is None:
+        limit = asyncio.Semaphore(1 << 30)
+    async with limit:
+        stats.in_flight += 1
+        stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        try:
+            reply = await client.complete(messages, check=check, **params)
+        except ChatError as exc:
+            stats.requests += exc.attempts
+            stats.retries += exc.attempts - 1
+            raise
+        finally:
+            stats.in_flight -= 1
+    stats.requests += reply.attempts
+    stats.retries += reply.attempts - 1
+    return reply

@@ -94,14 +94,20 @@ def run_checks() -> list[Check]:
             checks.append(Check(dist, ok, v if ok else f"{v}: {err} (run: afm doctor --fix)"))
     lf = _version("llamafactory")
     if lf is None:
-        checks.append(Check("llamafactory", False, "not installed (extra: sft)"))
+        # Not an error: the RL environment (verl) cannot hold LLaMA-Factory, and inference/servers need neither.
+        checks.append(Check("llamafactory", True, "not installed (extra: sft)"))
     else:
         from afm.sft.compat import check_llamafactory_version
 
         problem = check_llamafactory_version(lf)
         checks.append(Check("llamafactory", problem is None, problem or lf))
     verl = _version("verl")
-    checks.append(Check("verl", True, verl or "not installed (extra: rl; separate environment)"))
+    if verl is None:
+        checks.append(Check("verl", True, "not installed (extra: rl; separate environment)"))
+    else:
+        # afm.rl is written against verl 0.9's agent-loop and reward-loop APIs.
+        ok = verl.split(".")[:2] == ["0", "9"]
+        checks.append(Check("verl", ok, verl if ok else f"{verl}: afm.rl needs verl 0.9.x (pip install 'afm[rl]')"))
     return checks
 
 

@@ -10,11 +10,12 @@ cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"
 
-# Test paths given on the command line go to the environment they belong to; flags go to both.
+# Test paths given on the command line (existing files or folders, optionally with ::node ids) go to the environment
+# they belong to; everything else (flags and their values, e.g. -k EXPR, -p no:cacheprovider) goes to both.
 flags=() main_paths=() rl_paths=()
 for a in "$@"; do
-  if [[ "$a" == -* ]]; then flags+=("$a")
-  elif [[ "$a" == tests/rl* ]]; then rl_paths+=("$a")
+  if [[ "$a" == -* || ! -e "${a%%::*}" ]]; then flags+=("$a")
+  elif [[ "$a" == tests/rl* || "$a" == ./tests/rl* ]]; then rl_paths+=("$a")
   else main_paths+=("$a"); fi
 done
 run_main=1 run_rl=1

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from afm.chat_client import ChatClient, ChatEndpoint, ChatError
+from afm.chat_client import ChatClient, ChatEndpoint, ChatError, counted_complete
 from afm.kvcache import KVCache, cache_key, cache_location, open_cache
 from afm.rewards.qa import normalize_answer
 
@@ -367,21 +367,12 @@ class JudgeSelector:
             chosen.append(index)
             return None
 
-        async with sem:
-            self.stats.in_flight += 1
-            self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
-            try:
-                reply = await client.complete(messages, check=check, temperature=cfg.temperature,
-                                              max_tokens=cfg.max_tokens)
-            except ChatError as exc:
-                self.stats.requests += exc.attempts
-                self.stats.retries += exc.attempts - 1
-                logger.warning("selector gave up: %s", exc)
-                return None, "", f"selector {exc}"
-            finally:
-                self.stats.in_flight -= 1
-        self.stats.requests += reply.attempts
-        self.stats.retries += reply.attempts - 1
+        try:
+            reply = await counted_complete(client, messages, stats=self.stats, limit=sem, check=check,
+                                           temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+        except ChatError as exc:
+            logger.warning("selector gave up: %s", exc)
+            return None, "", f"selector {exc}"
         rationale = ""
         try:
             content = reply.content

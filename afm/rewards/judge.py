@@ -35,7 +35,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from afm.chat_client import ChatClient, ChatEndpoint, ChatError
+from afm.chat_client import ChatClient, ChatEndpoint, ChatError, counted_complete
 from afm.kvcache import KVCache, cache_key, cache_location, open_cache
 from afm.rewards.ground_truth import GroundTruth
 from afm.rewards.qa import qa_match, resolve_mode
@@ -280,23 +280,13 @@ class Judge:
             parsed.append((verdict, rationale))
             return None
 
-        assert self._sem is not None
-        async with self._sem:
-            self.stats.in_flight += 1
-            self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
-            try:
-                reply = await client.complete(messages, check=check, temperature=cfg.temperature,
-                                              max_tokens=cfg.max_tokens)
-            except ChatError as exc:
-                self.stats.requests += exc.attempts
-                self.stats.retries += exc.attempts - 1
-                if exc.attempts > cfg.max_retries:
-                    logger.warning("judge gave up: %s", exc)
-                return None, "", exc.attempts, f"judge {exc}"
-            finally:
-                self.stats.in_flight -= 1
-        self.stats.requests += reply.attempts
-        self.stats.retries += reply.attempts - 1
+        try:
+            reply = await counted_complete(client, messages, stats=self.stats, limit=self._sem, check=check,
+                                           temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+        except ChatError as exc:
+            if exc.attempts > cfg.max_retries:
+                logger.warning("judge gave up: %s", exc)
+            return None, "", exc.attempts, f"judge {exc}"
         verdict, rationale = parsed[-1]
         return verdict, rationale, reply.attempts, ""
 
