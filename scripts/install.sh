@@ -51,7 +51,11 @@ fi
 constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
 "$PY" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$constraints"
-echo "[install] pip install -e .[$AFM_EXTRAS] (constraint: $(cat "$constraints"))"
+# LLaMA-Factory allows gradio 4.38-5.50; next to the rest of this stack pip settles on 5.1.0 (later releases cap
+# dependencies below what is installed, e.g. gradio 5.50 needs pydantic<=2.12.3), but only after downloading some
+# 80 gradio releases (3-4 minutes). The hint skips that search; it picks the same version.
+echo "gradio<=5.1.0" >> "$constraints"
+echo "[install] pip install -e .[$AFM_EXTRAS] (constraints: $(paste -sd' ' "$constraints"))"
 "${PIP[@]}" -c "$constraints" -e ".[$AFM_EXTRAS]"
 
 "$PY" -m afm.doctor --fix
