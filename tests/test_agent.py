@@ -197,6 +197,20 @@ def test_context_budget_shrinks_or_stops(llm, tok):
     assert traj.n_response_tokens <= 40
 
 
+def test_observation_that_cannot_fit_ends_with_max_tokens(llm, tok):
+    # Room for the tool call but not for even a shrunk observation: the trajectory stops cleanly (it used to end
+    # as an engine error), and the call is recorded with no observation tokens.
+    reply = "<web_search>q</web_search>"
+    shell = len(tok.encode(format_observation("")))
+    cfg = AgentConfig(tools=("web_search",), max_model_len=10_000, min_turn_tokens=16, max_turns=5,
+                      max_response_tokens=len(tok.encode(reply)) + 16 + shell + 3)
+    traj, reqs = run(llm, tok, [reply], tools={"web_search": EchoSearch({"size": 5000})}, config=cfg)
+    assert traj.finish_reason == "max_tokens" and traj.error is None
+    assert len(traj.tool_calls) == 1 and traj.tool_calls[0].observation_tokens == 0
+    assert [s.kind for s in traj.segments] == ["model"] and traj.n_response_tokens <= cfg.max_response_tokens
+    assert_invariant(traj, reqs, tok)
+
+
 def test_text_only_servers_are_retokenized_and_say_so(llm, tok):
     traj, _reqs = run(llm, tok, [{"content": "<web_search>x</web_search>", "no_token_ids": True},
                                 "<answer>y</answer>"])
