@@ -22,23 +22,14 @@ from afm.agent.backend import ModelBackend, SamplingParams
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
 from afm.agent.runner import JsonlStore, RolloutTask, format_summary, run_tasks, summarize
 from afm.agent.tokens import TokenizerAdapter
+from afm.table_io import read_rows
 from afm.tools import Tool, build_tool, load_tools_config
 
 
 def read_questions(path: str | Path, q_key: str = "question", id_key: str | None = "id") -> list[dict[str, Any]]:
     """Rows of a JSON list, JSONL or parquet file; each gets ``_id`` (``id_key`` or the row index)."""
-    p = Path(path)
-    if p.suffix == ".parquet":
-        import pandas as pd
-
-        rows = pd.read_parquet(p).to_dict(orient="records")
-    elif p.suffix == ".jsonl":
-        rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-    else:
-        data = json.loads(p.read_text(encoding="utf-8"))
-        rows = data if isinstance(data, list) else data.get("data", [])
     out = []
-    for i, row in enumerate(rows):
+    for i, row in enumerate(read_rows(path)):
         if q_key not in row:
             raise ValueError(f"{path}: row {i} has no {q_key!r} field (fields: {sorted(row)[:10]}); use --q-key")
         row = dict(row)

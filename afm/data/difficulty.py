@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from afm.agent.infer import read_questions
 from afm.data.filters import normalize_text
+from afm.table_io import read_rows
 
 MODES = ("web", "code")
 DEFAULT_N = {"web": 32, "code": 8}
@@ -88,51 +90,6 @@ class Selection:
 
 
 # -- reading -----------------------------------------------------------------------------------------------------
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL, JSON (list or ``{"data": [...]}``) or parquet file; bad lines name their number."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"file not found: {p}")
-    if p.suffix == ".parquet":
-        import pandas as pd
-
-        return pd.read_parquet(p).to_dict(orient="records")
-    text = p.read_text(encoding="utf-8")
-    if p.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        rows = data if isinstance(data, list) else data.get("data") if isinstance(data, dict) else None
-        if not isinstance(rows, list):
-            raise ValueError(f"{p}: expected a JSON list of objects (or {{'data': [...]}})")
-    else:
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
-    for n, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise ValueError(f"{p}: row {n} is a {type(row).__name__}, expected an object")
-    return rows
-
-
-def read_questions(path: str | Path, q_key: str = "question", id_key: str | None = "id") -> list[dict[str, Any]]:
-    """Question rows with ``_id`` set the way ``afm infer`` sets it (``id_key``, else the row index)."""
-    out = []
-    for i, row in enumerate(read_rows(path)):
-        if q_key not in row:
-            raise ValueError(f"{path}: row {i} has no {q_key!r} field (fields: {sorted(row)[:10]}); use --q-key")
-        row = dict(row)
-        row["_id"] = str(row[id_key]) if id_key and row.get(id_key) is not None else str(i)
-        out.append(row)
-    return out
-
-
 def read_samples(path: str | Path) -> list[Sample]:
     """Samples of an ``afm infer`` output (or RunRecord JSONL); duplicated keys (resumed runs) count once."""
     samples: dict[str, Sample] = {}

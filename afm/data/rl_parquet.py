@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from afm.prompts import build_messages, get_prompt
+from afm.table_io import iter_rows
 
 MAX_QUESTION_CHARS = 50_000
 """Questions longer than this (characters) are dropped as ``question_too_long``; the token limit that training
@@ -465,36 +466,9 @@ def write_rl_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Pat
 
 def read_items(path: str | Path) -> Iterator[dict[str, Any]]:
     """Items of a ``.jsonl``, ``.json`` (a list, or an object with a ``data`` list) or ``.parquet`` file, each
-    tagged with ``{SOURCE_KEY: "file:line"}``; a malformed JSON line raises ValueError with its number."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if not path.is_file():
-        raise FileNotFoundError(f"input file not found: {path}")
-    if suffix == ".jsonl":
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-                yield {**obj, SOURCE_KEY: f"{path.name}:{n}"} if isinstance(obj, dict) else obj
-    elif suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and isinstance(data.get("data"), list):
-            data = data["data"]
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a JSON list of objects (or {{\"data\": [...]}})")
-        for n, obj in enumerate(data):
-            yield {**obj, SOURCE_KEY: f"{path.name}[{n}]"} if isinstance(obj, dict) else obj
-    elif suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for n, obj in enumerate(pq.read_table(path).to_pylist()):
-            yield {**obj, SOURCE_KEY: f"{path.name}#{n}"}
-    else:
-        raise ValueError(f"{path}: unsupported input type {suffix!r}; use .jsonl, .json or .parquet")
+    tagged with ``{SOURCE_KEY: location}``; a malformed JSON line raises ValueError with its number."""
+    for where, obj in iter_rows(path):
+        yield {**obj, SOURCE_KEY: where} if isinstance(obj, dict) else obj
 
 
 def filter_prompt_length(rows: list[dict[str, Any]], report: RLBuildReport, tokenizer: Any,
