@@ -43,3 +43,53 @@ def test_agent_loop_outputs_scored_by_verl_reward_managers(tiny_model, tmp_path,
     assert scored[0]["reward_extra_info"]["pred"] == "\\boxed{42}"  # the last <answer>, graded by Math-Verify
     if manager == "dapo":  # far below the overlong buffer: no penalty
         assert all(o["reward_extra_info"]["overlong_reward"] == 0 for o in scored)
+
+
+def test_parquet_to_rollout_to_reward(tiny_model, tmp_path, tokenizer):
+    """The whole CPU-reachable RL data path: `afm data rl` rows -> verl's RLHFDataset and collate_fn -> afm_agent in
+    verl's AgentLoopWorker (real sandboxed code tool) -> verl's RewardLoopWorker grading the final program with the
+    row's tests in the sandbox."""
+    from test_rl_dataset import data_config
+    from verl.protocol import DataProto
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    from afm.data.rl_parquet import build_rl_rows, write_rl_parquet
+
+    problems = [{"id": "sum", "question": "SUMQ: print the sum of two integers read from stdin.", "stdin": True,
+                 "tests": {"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}},
+                {"id": "bad", "question": "BADQ: print the sum of two integers read from stdin.", "stdin": True,
+                 "tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]}}]
+    rows, report = build_rl_rows(problems, data_source="codecontests", prompt_key="code_agent", ability="code",
+                                 a_key="tests", tools=["code"])
+    assert report.kept == 2
+    path = write_rl_parquet(rows, tmp_path / "code.parquet")
+    dcfg = data_config("code", str(path))
+    ds = RLHFDataset(dcfg.data.train_files, tokenizer, dcfg.data)
+    batch = DataProto.from_single_dict(collate_fn([ds[i] for i in range(len(ds))]))
+    batch.non_tensor_batch["priority"] = np.arange(len(ds), dtype=np.int64)
+
+    program = f"{F}py\na, b = map(int, input().split())\nprint(a + b)\n{F}"
+    server = TinyServer(tiny_model, {
+        "SUMQ": [f"<think>try it</think>\n<code>\n{F}py\nprint(1 + 2)\n{F}\n</code>",
+                 f"<think>works</think>\n<answer>\n{program}\n</answer>"],
+        "BADQ": [f"<answer>\n{F}py\nprint(0)\n{F}\n</answer>"]})
+    worker = make_worker(tiny_model, tmp_path, server, tool_config=TOOLS / "code.yaml", prompt_length=4096,
+                         response_length=512)
+    try:
+        import asyncio
+
+        out = asyncio.run(worker.generate_sequences(batch))
+    finally:
+        close_tools(worker)
+    assert list(out.non_tensor_batch["finish_reason"]) == ["answer", "answer"]
+    assert list(out.non_tensor_batch["tools"]) == [["code"], ["code"]]  # from the parquet's tools_kwargs
+    first = unpad(out, 0)
+    assert first["mask"].count(0) > 0  # the code observation, masked
+    for key in ("data_source", "reward_model", "extra_info"):  # the trainer unions the batch with its output
+        out.non_tensor_batch[key] = batch.non_tensor_batch[key]
+
+    cfg = script_config("code", MODEL_PATH=str(tiny_model), REWARD_MANAGER="dapo", REWARD_FN="compute_score",
+                        MAX_RESPONSE_LENGTH="512")
+    scored = score_all(cfg, out)
+    assert [o["reward_score"] for o in scored] == [1.0, 0.0]
+    assert scored[0]["reward_extra_info"]["method"] == "code_tests"
