@@ -92,15 +92,8 @@
 AFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../configs/verl/dapo.sh
 source "$AFM_ROOT/configs/verl/dapo.sh"
-
-afm_die() {
-  echo "[afm] error: $*" >&2
-  exit 2
-}
-
-afm_warn() {
-  echo "[afm] warning: $*" >&2
-}
+# shellcheck source=../scripts/knobs.sh
+source "$AFM_ROOT/scripts/knobs.sh"
 
 afm_usage() {
   local script=$1 task=$2
@@ -123,21 +116,6 @@ afm_quote() {
   else
     printf "'%s'" "${1//\'/\'\\\'\'}"
   fi
-}
-
-afm_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
-afm_is_posint() { [[ $1 =~ ^[0-9]+$ && $1 -gt 0 ]]; }
-afm_is_int() { [[ $1 =~ ^-?[0-9]+$ ]]; }
-afm_is_number() { [[ $1 =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]]; }
-
-# True/False (Hydra/Python spelling) from what people type; dies on anything else.
-afm_bool() {
-  local name=$1 value=${2,,}
-  case "$value" in
-    true | 1 | yes | on) echo True ;;
-    false | 0 | no | off) echo False ;;
-    *) afm_die "$name must be true or false (got '$2')" ;;
-  esac
 }
 
 # A comma-separated file list as a Hydra value: one path as is, several as [a,b]. Relative paths are taken from
@@ -262,7 +240,7 @@ afm_rl_main() {
   # ---- knobs -------------------------------------------------------------------------------------------------
   local dry_run
   dry_run=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
-  [[ $dry_flag == true ]] && dry_run=True
+  [[ $dry_flag == true ]] && dry_run=true
   local nnodes=${NNODES:-1} gpus=${GPUS_PER_NODE:-8}
   local engine=${ROLLOUT_ENGINE:-vllm}
   local micro=${MICRO_BATCH_SIZE:-2}
@@ -377,12 +355,12 @@ afm_rl_main() {
     afm_die "TRAIN_BATCH_SIZE ($TRAIN_BATCH_SIZE) must be a multiple of MINI_BATCH_SIZE ($MINI_BATCH_SIZE)"
   ((ROLLOUT_N > 1)) || afm_warn "ROLLOUT_N=1: GRPO advantages are zero and filter_groups keeps nothing"
   ((gpus % TP == 0)) || afm_die "GPUS_PER_NODE ($gpus) must be a multiple of TP ($TP)"
-  if [[ $use_dyn == False ]]; then
+  if [[ $use_dyn == false ]]; then
     (((TRAIN_BATCH_SIZE * ROLLOUT_N) % (nnodes * gpus) == 0)) ||
       afm_die "TRAIN_BATCH_SIZE x ROLLOUT_N ($((TRAIN_BATCH_SIZE * ROLLOUT_N))) must be divisible by the" \
         "$((nnodes * gpus)) GPUs (verl checks it; or USE_DYNAMIC_BSZ=true)"
   fi
-  if [[ $reward_manager == dapo && $overlong == True ]]; then
+  if [[ $reward_manager == dapo && $overlong == true ]]; then
     if ! afm_is_posint "$overlong_len" || ((overlong_len > MAX_RESPONSE_LENGTH)); then
       afm_die "OVERLONG_BUFFER_LEN must be 1 .. MAX_RESPONSE_LENGTH ($MAX_RESPONSE_LENGTH) (got '$overlong_len')"
     fi
@@ -578,7 +556,7 @@ afm_rl_main() {
   if [[ $task == web && -z ${GRM_BASE_URL:-} ]]; then
     afm_warn "GRM_BASE_URL is empty: web rewards fall back to exact match / F1 instead of the LLM judge"
   fi
-  if [[ $dry_run == True ]]; then
+  if [[ $dry_run == true ]]; then
     printf '%s\n' "$summary"
     for f in "${problems[@]}"; do afm_warn "$f"; done
     return 0

@@ -59,14 +59,8 @@
 
 AFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-afm_die() {
-  echo "[afm] error: $*" >&2
-  exit 2
-}
-
-afm_warn() {
-  echo "[afm] warning: $*" >&2
-}
+# shellcheck source=../scripts/knobs.sh
+source "$AFM_ROOT/scripts/knobs.sh"
 
 # Print the knob table above (the header comment of this file).
 afm_usage() {
@@ -74,20 +68,6 @@ afm_usage() {
   echo "usage: [VAR=value ...] bash $script [extra LLaMA-Factory flags ...]"
   echo
   sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'
-}
-
-afm_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
-afm_is_posint() { [[ $1 =~ ^[0-9]+$ && $1 -gt 0 ]]; }
-afm_is_number() { [[ $1 =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]]; }
-
-# true/false from the spellings people type; dies on anything else.
-afm_bool() {
-  local name=$1 value=${2,,}
-  case "$value" in
-    true | 1 | yes | on) echo true ;;
-    false | 0 | no | off) echo false ;;
-    *) afm_die "$name must be true or false (got '$2')" ;;
-  esac
 }
 
 # Number of GPUs this node would use: CUDA_VISIBLE_DEVICES when set, else nvidia-smi, else 0.

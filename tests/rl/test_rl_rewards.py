@@ -139,7 +139,6 @@ def test_reward_kwargs_reach_compute_score(tiny_model, tokenizer):
 
 def test_code_ground_truth_from_parquet_reaches_the_code_scorer(tiny_model, tokenizer, tmp_path):
     """A dict ground truth (tests) stored as JSON by afm data rl is read by the code scorer intact."""
-    pytest.importorskip("afm.sandbox")
     from afm.data.rl_parquet import build_rl_rows
 
     rows, _ = build_rl_rows([{"id": "c1", "question": "Print the sum of two integers.", "stdin": True,
@@ -152,10 +151,6 @@ def test_code_ground_truth_from_parquet_reaches_the_code_scorer(tiny_model, toke
     bad = "<answer>\n```py\nprint(0)\n```\n</answer>"
     data = batch(tokenizer, [{"data_source": "codecontests", "response": r, "gt": gt} for r in (good, bad)],
                  response_length=128)
-    try:
-        out = score_all(cfg, data)
-    except Exception as exc:  # no sandbox on this machine
-        pytest.skip(f"code sandbox unavailable: {exc}")
-    if out[0]["reward_extra_info"].get("error"):
-        pytest.skip(f"code sandbox unavailable: {out[0]['reward_extra_info']['error']}")
+    out = score_all(cfg, data)  # the sandbox is part of the rl test environment (extra sandbox)
+    assert not out[0]["reward_extra_info"].get("error")
     assert [o["reward_score"] for o in out] == [1.0, 0.0]
