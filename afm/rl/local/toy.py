@@ -1,0 +1,152 @@
+"""A toy code-agent task and a tiny policy that already calls the code tool: what the local RL profile trains.
+
+A random tiny model never writes a tool call, so RL on it would exercise neither tools nor rewards. This module
+builds, in seconds on a CPU:
+
+* an RL parquet (through :func:`afm.data.rl_parquet.build_rl_rows`, the production builder) of three kinds of
+  question, all asking for ``6*7`` (gold 42, graded by Math-Verify through ``compute_score``):
+  ``RIGHT`` (the policy writes ``print(6*7)``), ``WRONG`` (it writes ``print(6*8)``) and ``MIX`` (either, about half
+  the time). RIGHT groups are all-1 and WRONG groups all-0, which DAPO's group filter drops; MIX groups carry the
+  signal, so RL should move the MIX questions towards ``print(6*7)``;
+* the policy: the tiny Qwen2 of :mod:`afm.demo.tiny_model`, taught by a short teacher-forced run to answer each
+  kind with a CoA turn — ``<code>`` call, then (after the observation, which is masked) ``<answer>`` with the
+  number the tool printed.
+
+The trajectories go through the real ``afm_agent`` loop, the nsjail sandbox and ``compute_score``; only the policy's
+starting point is made up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+DATA_SOURCE = "aime24"  # a math source: Math-Verify grades the \boxed answer
+KINDS = ("RIGHT", "WRONG", "MIX")
+F = "```"
+
+
+def _prompt():
+    from afm.prompts.registry import Prompt
+
+    return Prompt(key="afm_rl_toy", version="2026-11-24.1",
+                  text="Solve the task with the code tool, then answer in <answer>\\boxed{...}</answer>.",
+                  tools=("code",), answer_format="\\boxed{number}", description="toy code task of the local RL profile")
+
+
+PROMPT = _prompt()
+
+
+def reply(program: str, value: int) -> tuple[str, str, str]:
+    """The three parts of one trajectory: the tool call, the observation the engine adds, the answer."""
+    from afm.trajectory import format_observation
+
+    call = f"<think>use the tool</think>\n<code>\n{F}py\n{program}\n{F}\n</code>"
+    return call, format_observation(f"{value}\n"), f"<answer>\\boxed{{{value}}}</answer>"
+
+
+def questions(n_per_kind: int) -> list[dict[str, Any]]:
+    """``n_per_kind`` questions of each kind (ids unique), gold 42."""
+    return [{"id": f"{kind.lower()}-{i}", "question": f"{kind} {i}: compute 6*7.", "answer": "42"}
+            for kind in KINDS for i in range(n_per_kind)]
+
+
+def write_parquet(path: str | Path, n_per_kind: int = 4) -> Path:
+    """The toy RL parquet (``afm data rl`` format, code tool enabled, short system prompt)."""
+    from afm.data.rl_parquet import build_rl_rows, write_rl_parquet
+
+    path = Path(path)
+    rows, report = build_rl_rows(questions(n_per_kind), data_source=DATA_SOURCE, prompt_key="afm.rl.local.toy:PROMPT",
+                                 ability="math", tools=["code"])
+    if not rows:
+        raise RuntimeError(f"toy parquet: every row was dropped: {report}")
+    return write_rl_parquet(rows, path)
+
+
+def _examples(tokenizer: Any, rows: list[dict[str, Any]]) -> list[tuple[list[int], list[int]]]:
+    """(ids, labels) for teacher forcing: the loss covers the model's own turns, not the prompt or observation."""
+    out = []
+    for row in rows:
+        kind = row["extra_info"]["question"].split()[0]
+        programs = {"RIGHT": ["print(6*7)"], "WRONG": ["print(6*8)"], "MIX": ["print(6*7)", "print(6*8)"]}[kind]
+        prompt = tokenizer.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, tokenize=False)
+        for program in programs:
+            value = eval(program.removeprefix("print"))  # noqa: S307 - two fixed literals above
+            call, obs, answer = reply(program, value)
+            ids: list[int] = []
+            labels: list[int] = []
+            for text, learn in ((prompt, False), (call, True), (obs, False), (answer + "<|im_end|>", True)):
+                piece = tokenizer.encode(text, add_special_tokens=False)
+                ids += piece
+                labels += piece if learn else [-100] * len(piece)
+            out.append((ids, labels))
+    return out
+
+
+def build_policy(out_dir: str | Path, parquet: str | Path, *, steps: int = 120, lr: float = 3e-3,
+                 seed: int = 0) -> Path:
+    """Write the tiny policy to ``out_dir`` (reused when already there) and return the path."""
+    import pandas as pd
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from afm.demo.data import tokenizer_corpus
+    from afm.demo.tiny_model import build_tiny_model
+
+    out = Path(out_dir)
+    stamp = out / "afm_toy_policy.json"
+    if stamp.exists():
+        return out
+    build_tiny_model(out, tokenizer_corpus(0), seed=seed)
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    rows = pd.read_parquet(parquet).to_dict("records")
+    examples = _examples(tok, rows)
+    width = max(len(ids) for ids, _ in examples)
+    pad = tok.pad_token_id
+    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in examples])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in examples])
+    mask = (torch.arange(width)[None, :] < torch.tensor([len(i) for i, _ in examples])[:, None]).long()
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    loss = None
+    for _ in range(steps):
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.save_pretrained(out)
+    stamp.write_text(json.dumps({"steps": steps, "lr": lr, "seed": seed, "final_loss": float(loss)}) + "\n")
+    logger.info("toy policy written to %s (final loss %.3f)", out, float(loss))
+    return out
+
+
+def prepare(workdir: str | Path, n_per_kind: int = 4) -> dict[str, Path]:
+    """The toy parquet and policy under ``workdir``: ``{"train": ..., "model": ...}``."""
+    workdir = Path(workdir)
+    train = write_parquet(workdir / "toy_train.parquet", n_per_kind)
+    model = build_policy(workdir / "toy_policy", train)
+    return {"train": train, "model": model}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m afm.rl.local.toy WORKDIR``: write the toy parquet and policy, print their paths as JSON."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m afm.rl.local.toy", description=main.__doc__)
+    ap.add_argument("workdir")
+    ap.add_argument("--per-kind", type=int, default=4, help="questions of each kind (default 4)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    paths = prepare(args.workdir, args.per_kind)
+    print(json.dumps({k: str(v) for k, v in paths.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
