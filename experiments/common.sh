@@ -12,8 +12,10 @@
 #   VAL_FILES               task        validation parquet(s), comma-separated; "" = no validation
 #   NNODES                  1           nodes in the Ray cluster (start it with experiments/ray_cluster.sh)
 #   GPUS_PER_NODE           8           GPUs used on each node
-#   ROLLOUT_ENGINE          vllm        vllm | sglang (verl's async server; install the engine in the env)
-#   TP                      task        rollout tensor-parallel size (web 8, code 4, mhqa 4)
+#   ROLLOUT_ENGINE          vllm        vllm | sglang (verl's async server; install the engine in the env) | hf (afm's
+#                                       transformers server, no vLLM needed: one GPU, or the CPU; experiments/local.sh)
+#   DEVICE                  gpu         gpu | cpu (verl's FSDP trainer on the CPU through afm's `cpu` platform)
+#   TP                      task        rollout tensor-parallel size (web 8, code 4, mhqa 4; hf: 1)
 #   GPU_MEM_UTIL            task        rollout gpu_memory_utilization (web 0.3, code/mhqa 0.5)
 #   ROLLOUT_N               task        rollouts per prompt (the GRPO group; web/code 8, mhqa 5)
 #   TRAIN_BATCH_SIZE        task        prompts per step (web 64, code 256, mhqa 512)
@@ -84,6 +86,8 @@
 #   RAY_ADDRESS             (auto when NNODES > 1)   Ray cluster to join (verl's ray.init reads it)
 #   EXTRA_ARGS              ""          more Hydra overrides, split on whitespace (script arguments follow)
 #   DRY_RUN                 0           1 (or the --dry-run argument): print the command, run nothing
+#   --local                             the laptop profile (CPU, hf rollout, toy code task, tiny policy, 4 steps):
+#                                       see experiments/local.sh
 #
 # Keys (GRM_*, SERPER, SWANLAB/WANDB ...) come from environment.sh, which is sourced here; they reach the Ray
 # workers through the environment of the process that started Ray, so on a multi-node cluster source it before
@@ -94,10 +98,12 @@ AFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$AFM_ROOT/configs/verl/dapo.sh"
 # shellcheck source=../scripts/knobs.sh
 source "$AFM_ROOT/scripts/knobs.sh"
+# shellcheck source=local.sh
+source "$AFM_ROOT/experiments/local.sh"
 
 afm_usage() {
   local script=$1 task=$2
-  echo "usage: [VAR=value ...] bash $script [--dry-run] [hydra.key=value ...]"
+  echo "usage: [VAR=value ...] bash $script [--dry-run] [--local] [hydra.key=value ...]"
   echo
   echo "defaults of this script (task '$task'):"
   afm_rl_task_defaults "$task"
@@ -214,7 +220,7 @@ afm_rl_python() {
 afm_rl_main() {
   local task=$1 script=$2
   shift 2
-  local arg tail=() dry_flag=false
+  local arg tail=() dry_flag=false local_flag=false
   for arg in "$@"; do
     case "$arg" in
       -h | --help)
@@ -222,7 +228,8 @@ afm_rl_main() {
         exit 0
         ;;
       --dry-run) dry_flag=true ;;
-      -*) afm_die "unknown option '$arg' (options: --dry-run, --help; everything else is a Hydra override key=value)" ;;
+      --local) local_flag=true ;;
+      -*) afm_die "unknown option '$arg' (options: --dry-run, --local, --help; everything else is a Hydra override key=value)" ;;
       *)
         [[ $arg == *=* ]] || afm_die "argument '$arg' is not a Hydra override (key=value)"
         tail+=("$arg")
@@ -235,13 +242,19 @@ afm_rl_main() {
     # shellcheck source=../environment.sh
     source "$AFM_ROOT/environment.sh"
   fi
+  [[ $local_flag == true ]] && afm_rl_local_profile "$task"
+  # The hf rollout runs one model copy per trainer rank: the task's TP default does not apply.
+  [[ ${ROLLOUT_ENGINE:-} == hf ]] && : "${TP:=1}"
   afm_rl_task_defaults "$task"
 
   # ---- knobs -------------------------------------------------------------------------------------------------
   local dry_run
   dry_run=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
   [[ $dry_flag == true ]] && dry_run=true
+  local device=${DEVICE:-gpu}
   local nnodes=${NNODES:-1} gpus=${GPUS_PER_NODE:-8}
+  [[ $device == cpu ]] && gpus=${GPUS_PER_NODE:-1}
+  GPUS_PER_NODE_EFFECTIVE=$gpus
   local engine=${ROLLOUT_ENGINE:-vllm}
   local micro=${MICRO_BATCH_SIZE:-2}
   local lr=${LR:-1e-6}
@@ -285,9 +298,15 @@ afm_rl_main() {
 
   # ---- checks (before anything starts) ------------------------------------------------------------------------
   case "$engine" in
-    vllm | sglang) ;;
-    *) afm_die "ROLLOUT_ENGINE must be vllm or sglang (got '$engine'); verl 0.9.1 has no HF/naive rollout" ;;
+    vllm | sglang | hf) ;;
+    *) afm_die "ROLLOUT_ENGINE must be vllm, sglang or hf (got '$engine')" ;;
   esac
+  case "$device" in
+    gpu) ;;
+    cpu) [[ $engine == hf ]] || afm_die "DEVICE=cpu needs ROLLOUT_ENGINE=hf (vLLM/SGLang need a GPU)" ;;
+    *) afm_die "DEVICE must be gpu or cpu (got '$device')" ;;
+  esac
+  [[ $engine != hf || $TP == 1 ]] || afm_die "ROLLOUT_ENGINE=hf runs one model copy per rank: TP must be 1 (got '$TP')"
   case "$reward_manager" in
     dapo | rate_limited | naive) ;;
     *) afm_die "REWARD_MANAGER must be dapo, rate_limited or naive (got '$reward_manager')" ;;
@@ -401,7 +420,9 @@ afm_rl_main() {
   if [[ -n $val_files ]]; then
     ov+=("data.val_files=$val_files" "trainer.test_freq=$TEST_FREQ" "trainer.val_before_train=$val_before")
   else
-    ov+=("data.val_files=null" "trainer.test_freq=-1" "trainer.val_before_train=False")
+    # verl 0.9.1's V1 trainer builds a validation dataset even when it never validates (trainer_base.py:718):
+    # data.val_files=null crashes it, so the training files stand in and validation stays off.
+    ov+=("data.val_files=$train_files" "trainer.test_freq=-1" "trainer.val_before_train=False")
   fi
   ov+=(
     "data.prompt_key=prompt"
@@ -461,6 +482,8 @@ afm_rl_main() {
     "actor_rollout_ref.rollout.agent.num_workers=$agent_workers"
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$LOGPROB_MICRO_BATCH_SIZE"
   )
+  # rollout engine and device (experiments/local.sh)
+  while IFS= read -r line; do ov+=("$line"); done < <(afm_rl_engine_overrides "$engine" "$device")
   # reward: afm's entry through verl's reward loop
   ov+=(
     "reward.num_workers=$reward_workers"
@@ -524,7 +547,7 @@ afm_rl_main() {
 
   local summary
   summary=$(
-    echo "[afm] $script: task=$task nodes=$nnodes gpus/node=$gpus engine=$engine TP=$TP" \
+    echo "[afm] $script: task=$task nodes=$nnodes gpus/node=$gpus device=$device engine=$engine TP=$TP" \
       "prompts/step=$TRAIN_BATCH_SIZE x $ROLLOUT_N rollouts, mini-batch=$MINI_BATCH_SIZE," \
       "prompt+response=$MAX_PROMPT_LENGTH+$MAX_RESPONSE_LENGTH, turns<=$MAX_TURNS, reward=$reward_manager/$reward_fn"
     echo "[afm] checkpoints: $ckpt_dir (resume_mode=$resume_mode)"
@@ -539,6 +562,7 @@ afm_rl_main() {
   )
 
   # ---- warnings about the setup (not fatal in a dry run) -----------------------------------------------------
+  [[ $dry_run == true ]] || afm_rl_local_prepare "$python"
   local problems=() f
   local file_list=()
   IFS=',' read -r -a file_list <<< "$TRAIN_FILES,${VAL_FILES:-}"
@@ -568,6 +592,7 @@ afm_rl_main() {
   fi
   "$python" -c "import verl, afm" 2> /dev/null ||
     afm_die "'$python' cannot import verl and afm: run 'AFM_VENV=.venv-rl AFM_EXTRAS=rl bash scripts/install.sh' or set PYTHON"
+  afm_rl_device_env "$device"
   if ((nnodes > 1)) && command -v ray > /dev/null 2>&1; then
     ray status > /dev/null 2>&1 ||
       afm_die "NNODES=$nnodes but no Ray cluster is reachable: start it with experiments/ray_cluster.sh head|worker"

@@ -27,9 +27,12 @@ One trajectory:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -136,6 +139,9 @@ class AfmAgentLoop(AgentLoopBase):
         dedupe: answer repeated identical searches/crawls with a short note (true).
         raise_on_error: raise when a trajectory ends in an engine error (server failure) instead of returning
             it with finish_reason ``error`` (true); tool failures never raise, they become observations.
+        trace_dir: append every trajectory as it goes to the trainer (prompt and response ids, the response mask,
+            the observation texts, finish reason, the server's global step) to ``<trace_dir>/afm_agent.<pid>.jsonl``
+            (default ``$AFM_RL_TRACE_DIR``; unset = off). For checking what RL trains on; large on real runs.
 
     Token limits always hold: response ≤ ``rollout.response_length``, prompt + response ≤ ``rollout.max_model_len``
     (default prompt_length + response_length).
@@ -147,8 +153,10 @@ class AfmAgentLoop(AgentLoopBase):
                  max_observation_chars: int | None = None, min_turn_tokens: int = 16,
                  tool_timeout_s: float = 120.0, trajectory_timeout_s: float | None = 3600.0,
                  tool_concurrency: Mapping[str, int] | None = None, dedupe: bool = True,
-                 raise_on_error: bool = True, **kwargs: Any) -> None:
+                 raise_on_error: bool = True, trace_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        trace_dir = trace_dir or os.environ.get("AFM_RL_TRACE_DIR") or None
+        self.trace_path = Path(trace_dir) / f"afm_agent.{os.getpid()}.jsonl" if trace_dir else None
         self.loop_name = name or "afm_agent"
         if tool_config_path:
             self.afm_tools: dict[str, Tool] = shared_afm_tools(tool_config_path)
@@ -201,7 +209,20 @@ class AfmAgentLoop(AgentLoopBase):
                                     meta={"request_id": request_id})
         if traj.finish_reason == "error" and self.raise_on_error:
             raise RuntimeError(f"afm_agent trajectory {request_id} failed: {traj.error}")
-        return self._output(traj, backend, enabled, want_logprobs=bool(sampling_params.get("logprobs")))
+        out = self._output(traj, backend, enabled, want_logprobs=bool(sampling_params.get("logprobs")))
+        if self.trace_path is not None:
+            self._trace(traj, out)
+        return out
+
+    def _trace(self, traj: Trajectory, out: AgentLoopOutput) -> None:
+        record = {"request_id": traj.meta.get("request_id"), "prompt_ids": list(out.prompt_ids),
+                  "response_ids": list(out.response_ids), "response_mask": list(out.response_mask),
+                  "observations": [s.text for s in traj.segments if s.kind == "observation"],
+                  "finish_reason": traj.finish_reason, "global_steps": out.extra_fields.get("global_steps"),
+                  "tool_calls": out.extra_fields.get("tool_calls")}
+        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.trace_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
 
     def _output(self, traj: Trajectory, backend: VerlServerBackend, enabled: list[str],
                 want_logprobs: bool) -> AgentLoopOutput:

@@ -24,6 +24,7 @@ import asyncio
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +96,7 @@ class HFEngine:
         self.batches = 0
         self.batch_sizes: list[int] = []
         self.tokens_generated = 0
+        self.busy_s = 0.0  # seconds spent decoding batches
 
     # ---- requests ---------------------------------------------------------------------------------------------
     def make_request(self, prompt_ids: Sequence[int], params: dict[str, Any]) -> Request:
@@ -230,7 +232,9 @@ class HFEngine:
         """Decode one batch to completion (synchronous; runs in a worker thread)."""
         with self._model_lock:
             self._abort.clear()
+            t0 = time.perf_counter()
             out = self._decode(reqs)
+            self.busy_s += time.perf_counter() - t0
         self.batches += 1
         self.batch_sizes.append(len(reqs))
         self.tokens_generated += sum(len(r.ids) for r in out)

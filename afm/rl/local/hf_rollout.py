@@ -21,10 +21,12 @@ rollout's, as with vLLM's sleep mode.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -81,6 +83,8 @@ class HFRolloutServer:
             trust_remote_code=bool(getattr(self.model_config, "trust_remote_code", False)))
         logger.info("hf rollout replica %d: %s on %s (%s)", self.replica_rank, self.model_config.local_path,
                     device, dtype)
+        if os.environ.get("AFM_RL_TRACE_DIR"):
+            self._trace({"event": "launch", "weight_version": 0, "checksum": self.engine.checksum()})
 
     def get_server_address(self) -> tuple[str, int]:
         return f"hf-replica-{self.replica_rank}-node-{self.node_rank}", 0
@@ -114,7 +118,19 @@ class HFRolloutServer:
             logger.info("hf rollout replica %d: %d tensors loaded (version %d)", self.replica_rank,
                         self._pending_weights, self.weight_version)
             self._pending_weights = 0
+            self._trace({"event": "weights", "weight_version": self.weight_version,
+                         "global_steps": self.global_steps, "checksum": self.engine.checksum()})
         return n
+
+    def _trace(self, record: dict[str, Any]) -> None:
+        """Append to ``$AFM_RL_TRACE_DIR/hf_rollout.<replica>.jsonl`` when set (tests compare the checksums)."""
+        trace_dir = os.environ.get("AFM_RL_TRACE_DIR")
+        if not trace_dir:
+            return
+        path = Path(trace_dir) / f"hf_rollout.{self.replica_rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(json.dumps({**record, "replica": self.replica_rank, "time": time.time()}) + "\n")
 
     def weights_checksum(self) -> str:
         """SHA-256 of the served weights (tests compare it with the trainer's)."""
@@ -124,7 +140,7 @@ class HFRolloutServer:
     def stats(self) -> dict[str, Any]:
         assert self.engine is not None
         return {"batches": self.engine.batches, "batch_sizes": list(self.engine.batch_sizes),
-                "tokens": self.engine.tokens_generated, "weight_version": self.weight_version,
+                "tokens": self.engine.tokens_generated, "busy_s": self.engine.busy_s, "weight_version": self.weight_version,
                 "global_steps": self.global_steps, "device": str(self.engine.device)}
 
     # ---- memory: only a GPU shared with the trainer has any to give back --------------------------------------

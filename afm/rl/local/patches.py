@@ -82,6 +82,7 @@ def patch_replay_poll_interval(module: ModuleType) -> None:
         value = os.environ.get(REPLAY_POLL_ENV, "").strip()
         if value and "poll_interval" not in kwargs and len(args) < list(params).index("poll_interval"):
             kwargs["poll_interval"] = float(value)
+            logger.info("afm.rl.local: replay buffer polls every %s s (%s)", value, REPLAY_POLL_ENV)
         original(self, *args, **kwargs)
 
     __init__.__afm_patched__ = True  # type: ignore[attr-defined]

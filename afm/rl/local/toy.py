@@ -43,19 +43,29 @@ PROMPT = _prompt()
 
 def reply(program: str, value: int) -> tuple[str, str, str]:
     """The three parts of one trajectory: the tool call, the observation the engine adds, the answer."""
+    from afm.sandbox.limits import ExecResult, Limits
+    from afm.tools.code import format_observation as code_observation
     from afm.trajectory import format_observation
 
+    # The observation exactly as the code tool words it for a run that printed the value.
+    text = code_observation(ExecResult(status="ok", exit_code=0, stdout=f"{value}\n", stderr="", wall_s=0.0),
+                            4096, Limits())
     call = f"<think>use the tool</think>\n<code>\n{F}py\n{program}\n{F}\n</code>"
-    return call, format_observation(f"{value}\n"), f"<answer>\\boxed{{{value}}}</answer>"
+    return call, format_observation(text), f"<answer>\\boxed{{{value}}}</answer>"
 
 
 def questions(n_per_kind: int) -> list[dict[str, Any]]:
-    """``n_per_kind`` questions of each kind (ids unique), gold 42."""
+    """``n_per_kind`` RIGHT and WRONG questions and three times as many MIX ones (ids unique), gold 42.
+
+    MIX groups carry the learning signal; with too few of them DAPO's filter would spend most of a step
+    regenerating groups it then drops.
+    """
+    counts = {"RIGHT": n_per_kind, "WRONG": n_per_kind, "MIX": 3 * n_per_kind}
     return [{"id": f"{kind.lower()}-{i}", "question": f"{kind} {i}: compute 6*7.", "answer": "42"}
-            for kind in KINDS for i in range(n_per_kind)]
+            for kind in KINDS for i in range(counts[kind])]
 
 
-def write_parquet(path: str | Path, n_per_kind: int = 4) -> Path:
+def write_parquet(path: str | Path, n_per_kind: int = 2) -> Path:
     """The toy RL parquet (``afm data rl`` format, code tool enabled, short system prompt)."""
     from afm.data.rl_parquet import build_rl_rows, write_rl_parquet
 
@@ -126,7 +136,7 @@ def build_policy(out_dir: str | Path, parquet: str | Path, *, steps: int = 120, 
     return out
 
 
-def prepare(workdir: str | Path, n_per_kind: int = 4) -> dict[str, Path]:
+def prepare(workdir: str | Path, n_per_kind: int = 2) -> dict[str, Path]:
     """The toy parquet and policy under ``workdir``: ``{"train": ..., "model": ...}``."""
     workdir = Path(workdir)
     train = write_parquet(workdir / "toy_train.parquet", n_per_kind)
@@ -140,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m afm.rl.local.toy", description=main.__doc__)
     ap.add_argument("workdir")
-    ap.add_argument("--per-kind", type=int, default=4, help="questions of each kind (default 4)")
+    ap.add_argument("--per-kind", type=int, default=2,
+                    help="RIGHT and WRONG questions (MIX: three times as many; default 2)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     paths = prepare(args.workdir, args.per_kind)
