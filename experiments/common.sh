@@ -61,6 +61,7 @@
 #   RESUME_MODE             auto        auto (latest checkpoint in CKPT_DIR, else start) | disable | resume_path
 #   RESUME_FROM_PATH        ""          .../global_step_N folder (with RESUME_MODE=resume_path)
 #   MAX_CKPT_TO_KEEP        ""          keep only the newest N actor checkpoints ("" = all)
+#   SAVE_HF_MODEL           false       also save each checkpoint's actor as a Hugging Face model (--local: true)
 #   VAL_DATA_DIR            $CKPT_DIR/validation   JSONL dumps of validation generations ("" = off)
 #   ROLLOUT_DATA_DIR        ""          JSONL dumps of every training rollout ("" = off; large)
 #   REWARD_MANAGER          dapo        dapo (overlong shaping) | rate_limited (judge API quotas) | naive
@@ -484,6 +485,7 @@ afm_rl_main() {
   )
   # rollout engine and device (experiments/local.sh)
   while IFS= read -r line; do ov+=("$line"); done < <(afm_rl_engine_overrides "$engine" "$device")
+  while IFS= read -r line; do ov+=("$line"); done < <(afm_rl_checkpoint_overrides)
   # reward: afm's entry through verl's reward loop
   ov+=(
     "reward.num_workers=$reward_workers"

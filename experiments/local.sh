@@ -28,7 +28,7 @@ afm_rl_local_profile() {
   : "${LR:=1e-4}" "${WARMUP_STEPS:=0}" "${TOTAL_EPOCHS:=100}" "${TOTAL_TRAINING_STEPS=4}" "${SAVE_FREQ:=2}"
   : "${TEST_FREQ:=-1}" "${LOGGER:=console}" "${EXPERIMENT_NAME:=local_$task}"
   : "${CKPT_DIR:=$work/checkpoints}" "${AGENT_NUM_WORKERS:=1}" "${REWARD_NUM_WORKERS:=1}"
-  : "${MAX_INFLIGHT_GEN_BATCHES:=1}"
+  : "${MAX_INFLIGHT_GEN_BATCHES:=1}" "${SAVE_HF_MODEL:=true}"
   AFM_LOCAL_WORKDIR=$work
 }
 
@@ -70,6 +70,17 @@ afm_rl_engine_overrides() {
       "++ray_kwargs.ray_init.num_gpus=$GPUS_PER_NODE_EFFECTIVE" \
       "++ray_kwargs.ray_init.num_cpus=$((4 + 2 * GPUS_PER_NODE_EFFECTIVE))" \
       "++transfer_queue.backend.SimpleStorage.num_data_storage_units=1"
+  fi
+}
+
+# afm_rl_checkpoint_overrides: with SAVE_HF_MODEL=true every checkpoint also holds the actor as a Hugging Face
+# model (global_step_N/actor/huggingface), ready for afm eval / afm infer without verl's model merger.
+afm_rl_checkpoint_overrides() {
+  local save_hf
+  save_hf=$(afm_bool SAVE_HF_MODEL "${SAVE_HF_MODEL:-false}")
+  if [[ $save_hf == true ]]; then
+    printf '%s\n' "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]" \
+      "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]"
   fi
 }
 

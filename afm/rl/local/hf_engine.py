@@ -34,6 +34,16 @@ import torch
 logger = logging.getLogger(__name__)
 
 
+@torch.no_grad()
+def weights_checksum(model: torch.nn.Module) -> str:
+    """SHA-256 over every tensor of the state dict (name, float64 bytes): equal on two models iff their weights are."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 @dataclass
 class Request:
     """One generation request and its per-row sampling settings."""
@@ -183,15 +193,10 @@ class HFEngine:
                 n += 1
         return n
 
-    @torch.no_grad()
     def checksum(self) -> str:
-        """SHA-256 over every parameter (name, float64 bytes): equal on two copies iff their weights are."""
-        h = hashlib.sha256()
+        """:func:`weights_checksum` of the served model."""
         with self._model_lock:
-            for name, p in sorted(self.model.state_dict().items()):
-                h.update(name.encode())
-                h.update(p.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
-        return h.hexdigest()
+            return weights_checksum(self.model)
 
     def to(self, device: str) -> None:
         """Move the model (sleep/wake on a GPU shared with the trainer)."""

@@ -1,0 +1,212 @@
+"""The local RL backend's parts, without Ray: the hf engine's sampling semantics, weight loading, the verl plugin's
+registrations and the two patches (which must fail loudly if verl changes under them)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from afm.rl.local import patches
+from afm.rl.local.hf_engine import HFEngine, weights_checksum
+
+STOPS = ["</code>", "</answer>"]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model):
+    return HFEngine(str(tiny_model), max_model_len=256, seed=0)
+
+
+def _prompt(engine, text: str) -> list[int]:
+    return engine.tokenizer.encode(text, add_special_tokens=False)
+
+
+def _greedy_reference(engine, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
+    """Greedy decoding without cache, batch or padding: the engine must agree with it."""
+    ids, lps = list(prompt), []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = engine.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+            tok = int(logits.argmax())
+            lps.append(float(torch.log_softmax(logits, -1)[tok]))
+            ids.append(tok)
+    return ids[len(prompt):], lps
+
+
+def test_batched_greedy_equals_unbatched_reference(engine):
+    prompts = [_prompt(engine, t) for t in ("Question: what is 6*7?", "x", "<code>\nprint(1)\n</code> and more text")]
+
+    async def go():
+        return await asyncio.gather(*[engine.generate(p, {"max_tokens": 12, "temperature": 0, "logprobs": 1,
+                                                          "ignore_eos": True}) for p in prompts])
+
+    results = asyncio.run(go())
+    assert engine.batch_sizes[-1] == 3  # the three concurrent requests shared one batch
+    for p, res in zip(prompts, results, strict=True):
+        ref_ids, ref_lps = _greedy_reference(engine, p, 12)
+        assert res.ids == ref_ids
+        assert res.finish == "length"
+        assert res.logprobs == pytest.approx(ref_lps, abs=1e-4)
+
+
+def test_stop_string_is_kept_and_ends_the_row(engine):
+    req = engine.make_request(_prompt(engine, "hi"), {"max_tokens": 40, "stop": ["</code>"]})
+    # Force the continuation: a scripted "model" whose next token is always the next one of a target text.
+    target = engine.tokenizer.encode("<code>\nprint(6*7)\n</code>\nafter", add_special_tokens=False)
+
+    class Scripted(torch.nn.Module):
+        def forward(self, input_ids, attention_mask, position_ids, past_key_values, use_cache):
+            step = 0 if past_key_values is None else past_key_values + 1
+            logits = torch.full((input_ids.shape[0], 1, len(engine.tokenizer)), -1e9)
+            logits[:, -1, target[min(step, len(target) - 1)]] = 0.0
+            return types.SimpleNamespace(logits=logits, past_key_values=step)
+
+    real = engine.model
+    engine.model = Scripted()
+    try:
+        res = engine._decode([req])[0]
+    finally:
+        engine.model = real
+    text = engine.tokenizer.decode(res.ids)
+    assert res.finish == "stop"
+    # The row ends with the token that completes the stop string (here `>` merged with the newline after it).
+    assert text.rstrip().endswith("</code>") and "after" not in text
+    assert "</code>" not in engine.tokenizer.decode(res.ids[:-1])
+    assert res.ids == target[: len(res.ids)]  # exactly the sampled ids, nothing trimmed or re-tokenised
+
+
+def test_eos_max_tokens_and_room(engine):
+    eos = sorted(engine.eos_ids)[0]
+    req = engine.make_request([1, 2, 3], {"max_tokens": 10_000})
+    assert req.max_tokens == 256 - 3  # capped by max_model_len
+    assert eos in req.stop_ids and eos not in engine.make_request([1], {"ignore_eos": True}).stop_ids
+    with pytest.raises(ValueError, match="no room"):
+        engine.make_request(list(range(256)), {})
+
+
+def test_sampling_follows_temperature_and_top_k(engine):
+    prompt = _prompt(engine, "Question:")
+
+    async def go(params, n=24):
+        return await asyncio.gather(*[engine.generate(prompt, dict(params)) for _ in range(n)])
+
+    top1 = asyncio.run(go({"max_tokens": 1, "temperature": 1.0, "top_k": 1}))
+    greedy = asyncio.run(go({"max_tokens": 1, "temperature": 0}, 1))[0].ids
+    assert {tuple(r.ids) for r in top1} == {tuple(greedy)}
+    hot = asyncio.run(go({"max_tokens": 1, "temperature": 5.0}))
+    assert len({tuple(r.ids) for r in hot}) > 1
+
+
+def test_load_weights_moves_the_served_model(engine, tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    other = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    before = engine.checksum()
+    assert before == weights_checksum(other)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.01)
+    # Trainer names include both names of the tied embedding; a wrong name or shape is an error, not a skip.
+    n = engine.load_weights(other.state_dict().items())
+    assert n == len(other.state_dict())
+    assert engine.checksum() == weights_checksum(other) != before
+    with pytest.raises(KeyError, match="does not have"):
+        engine.load_weights([("not.a.weight", torch.zeros(1))])
+    with pytest.raises(ValueError, match="shape"):
+        engine.load_weights([("model.norm.weight", torch.zeros(3))])
+
+
+def test_plugin_registers_in_a_fresh_process():
+    """Installing afm is enough: `import verl` loads the plugin (entry point), which registers hf lazily."""
+    code = (
+        "import sys, verl\n"
+        "assert 'afm.rl.local.plugin' in sys.modules\n"
+        "assert 'verl.workers.rollout.replica' not in sys.modules  # nothing heavy at import\n"
+        "from verl.workers.rollout.replica import RolloutReplicaRegistry, get_rollout_replica_class\n"
+        "from verl.workers.rollout.base import get_rollout_class\n"
+        "print(get_rollout_replica_class('hf').__name__, get_rollout_class('hf', 'async').__name__)\n"
+        "from verl.utils import distributed\n"
+        "from verl.workers import engine_workers\n"
+        "assert engine_workers.initialize_global_process_group_ray is distributed.initialize_global_process_group_ray\n"
+        "assert distributed.initialize_global_process_group_ray.__afm_patched__\n"
+        "from verl.plugin.platform import get_platform\n"
+        "p = get_platform(); print(p.device_name, p.current_device(), p.ray_resource_name(), p.communication_backend_name())\n"
+        "import os; print(os.environ.get('VERL_ENGINE_DEVICE'))\n"
+    )
+    env = {**os.environ, "VERL_PLATFORM": "cpu"}
+    env.pop("VERL_ENGINE_DEVICE", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["HFReplica", "HFServerAdapter", "cpu", "cpu", "GPU", "gloo", "cuda"]
+
+
+def test_cpu_process_group_backend():
+    """The patched function gives gloo on the cpu platform; verl's own default string would be rejected."""
+    code = (
+        "import os, torch.distributed as dist\n"
+        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=os.environ['PORT'], RANK='0', WORLD_SIZE='1')\n"
+        "from verl.utils.distributed import initialize_global_process_group_ray\n"
+        "initialize_global_process_group_ray()\n"
+        "print(dist.get_backend())\n"
+        "t = __import__('torch').ones(2); dist.all_reduce(t); print(int(t.sum()))\n"
+    )
+    from afm.testing.procs import free_port
+
+    env = {**os.environ, "VERL_PLATFORM": "cpu", "PORT": str(free_port())}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["cpu:gloo", "2"]
+    with pytest.raises(ValueError, match="Duplicate device type"):
+        torch.distributed.distributed_c10d.BackendConfig("cpu:gloo,cpu:gloo")
+
+
+def test_patches_refuse_a_changed_verl():
+    """Each patch checks the verl code it works around; a verl whose code moved makes it fail, not run unpatched."""
+    fake = types.ModuleType("fake_distributed")
+
+    def initialize_global_process_group_ray(timeout_second=None, backend=None):
+        return backend or "nccl"  # not verl's "cpu:gloo,{device}:{ccl}" default any more
+
+    fake.initialize_global_process_group_ray = initialize_global_process_group_ray
+    with pytest.raises(RuntimeError, match="verl changed under the patch"):
+        patches.patch_process_group_backend(fake)
+
+    class ReplayBuffer:
+        def __init__(self, trainer_mode, poll_interval: float = 1.0):
+            self.poll_interval = poll_interval
+
+    with pytest.raises(RuntimeError, match="poll_interval=2.0"):
+        patches.patch_replay_poll_interval(types.SimpleNamespace(ReplayBuffer=ReplayBuffer))
+
+
+class _ReplayBufferShape:
+    """verl 0.9.1's ReplayBuffer constructor and poll, reduced to what the patch relies on."""
+
+    def __init__(self, trainer_mode, trainer_config, max_off_policy_threshold, max_off_policy_strategy,
+                 sampler_kwargs, poll_interval: float = 2.0, refill_fn=None):
+        self.poll_interval = poll_interval
+
+    def _wait_for_next_poll(self, partition_id, last_debug_time):
+        import time
+
+        time.sleep(self.poll_interval)
+
+
+def test_replay_poll_patch(monkeypatch):
+    from verl.trainer.ppo.v1 import replay_buffer
+
+    assert replay_buffer.ReplayBuffer.__init__.__afm_patched__  # applied in this process by the plugin
+    patches.patch_replay_poll_interval(types.SimpleNamespace(ReplayBuffer=_ReplayBufferShape))
+    args = ("sync", {}, None, "drop", {})
+    monkeypatch.delenv(patches.REPLAY_POLL_ENV, raising=False)
+    assert _ReplayBufferShape(*args).poll_interval == 2.0  # unset: verl's default
+    monkeypatch.setenv(patches.REPLAY_POLL_ENV, "0.05")
+    assert _ReplayBufferShape(*args).poll_interval == 0.05
+    assert _ReplayBufferShape(*args, poll_interval=1.5).poll_interval == 1.5  # an explicit value wins
+    assert _ReplayBufferShape(*args, 3.0).poll_interval == 3.0
