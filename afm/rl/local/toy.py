@@ -4,10 +4,11 @@ A random tiny model never writes a tool call, so RL on it would exercise neither
 builds, in seconds on a CPU:
 
 * an RL parquet (through :func:`afm.data.rl_parquet.build_rl_rows`, the production builder) of three kinds of
-  question, all asking for ``6*7`` (gold 42, graded by Math-Verify through ``compute_score``):
-  ``RIGHT`` (the policy writes ``print(6*7)``), ``WRONG`` (it writes ``print(6*8)``) and ``MIX`` (either, about half
-  the time). RIGHT groups are all-1 and WRONG groups all-0, which DAPO's group filter drops; MIX groups carry the
-  signal, so RL should move the MIX questions towards ``print(6*7)``;
+  question, all asking for ``6*7`` (graded by Math-Verify through ``compute_score``):
+  ``RIGHT`` (the policy writes ``print(6*7)``), ``WRONG`` (it writes ``print(6*8)``, and the gold is 43, so the
+  group is always all-0) and ``MIX`` (either program, about half the time). RIGHT groups are mostly all-1 and WRONG
+  groups all-0, which DAPO's group filter drops; MIX groups carry the signal, so RL should move the MIX questions
+  towards ``print(6*7)``;
 * the policy: the tiny Qwen2 of :mod:`afm.demo.tiny_model`, taught by a short teacher-forced run to answer each
   kind with a CoA turn — ``<code>`` call, then (after the observation, which is masked) ``<answer>`` with the
   number the tool printed.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,23 +56,25 @@ def reply(program: str, value: int) -> tuple[str, str, str]:
     return call, format_observation(text), f"<answer>\\boxed{{{value}}}</answer>"
 
 
-def questions(n_per_kind: int) -> list[dict[str, Any]]:
-    """``n_per_kind`` RIGHT and WRONG questions and three times as many MIX ones (ids unique), gold 42.
+def questions(n_per_kind: int, counts: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    """The toy questions (ids unique): by default ``n_per_kind`` RIGHT and WRONG ones and three times as many MIX.
 
-    MIX groups carry the learning signal; with too few of them DAPO's filter would spend most of a step
-    regenerating groups it then drops.
+    RIGHT and MIX have gold 42; WRONG has gold 43, which neither program prints, so a WRONG group is always
+    all-0 (DAPO's filter must drop it). MIX groups carry the learning signal; with too few of them the filter would
+    spend most of a step regenerating groups it then drops.
     """
-    counts = {"RIGHT": n_per_kind, "WRONG": n_per_kind, "MIX": 3 * n_per_kind}
-    return [{"id": f"{kind.lower()}-{i}", "question": f"{kind} {i}: compute 6*7.", "answer": "42"}
-            for kind in KINDS for i in range(counts[kind])]
+    counts = dict(counts or {"RIGHT": n_per_kind, "WRONG": n_per_kind, "MIX": 3 * n_per_kind})
+    gold = {"RIGHT": "42", "WRONG": "43", "MIX": "42"}
+    return [{"id": f"{kind.lower()}-{i}", "question": f"{kind} {i}: compute 6*7.", "answer": gold[kind]}
+            for kind in KINDS for i in range(counts.get(kind, 0))]
 
 
-def write_parquet(path: str | Path, n_per_kind: int = 2) -> Path:
+def write_parquet(path: str | Path, n_per_kind: int = 2, counts: Mapping[str, int] | None = None) -> Path:
     """The toy RL parquet (``afm data rl`` format, code tool enabled, short system prompt)."""
     from afm.data.rl_parquet import build_rl_rows, write_rl_parquet
 
     path = Path(path)
-    rows, report = build_rl_rows(questions(n_per_kind), data_source=DATA_SOURCE, prompt_key="afm.rl.local.toy:PROMPT",
+    rows, report = build_rl_rows(questions(n_per_kind, counts), data_source=DATA_SOURCE, prompt_key="afm.rl.local.toy:PROMPT",
                                  ability="math", tools=["code"])
     if not rows:
         raise RuntimeError(f"toy parquet: every row was dropped: {report}")
@@ -137,9 +141,11 @@ def build_policy(out_dir: str | Path, parquet: str | Path, *, steps: int = 120, 
 
 
 def prepare(workdir: str | Path, n_per_kind: int = 2) -> dict[str, Path]:
-    """The toy parquet and policy under ``workdir``: ``{"train": ..., "model": ...}``."""
+    """The toy parquet (kept when present) and policy under ``workdir``: ``{"train": ..., "model": ...}``."""
     workdir = Path(workdir)
-    train = write_parquet(workdir / "toy_train.parquet", n_per_kind)
+    train = workdir / "toy_train.parquet"
+    if not train.exists():  # a parquet already there (another composition, say) is kept
+        write_parquet(train, n_per_kind)
     model = build_policy(workdir / "toy_policy", train)
     return {"train": train, "model": model}
 
