@@ -18,6 +18,8 @@
 #   AFM_SERVER_BIND    address the servers bind (default 127.0.0.1); any other (0.0.0.0, the host's address, for
 #                      clients on other nodes) needs AFM_SERVER_TOKEN, or the servers refuse to start
 #   AFM_SERVER_TOKEN   bearer token every server then requires (except on /health)
+#   AFM_SERVER_ALLOW_NO_TOKEN=1  bind beyond loopback without a token (a private network whose clients send none,
+#                      e.g. the original project's verl tools)
 #   SERVER_HOST        address the clients call (default 127.0.0.1); `status` checks the servers answer there.
 #                      The original project set it to the host's address while binding every interface; afm binds
 #                      loopback unless told otherwise, so with SERVER_HOST=<address> also set AFM_SERVER_BIND.

@@ -145,10 +145,11 @@ def test_binding_beyond_loopback_needs_a_token(tmp_path):
     assert is_loopback("127.0.0.1") and is_loopback("127.0.0.2") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("myhost")
     assert bind_problem("127.0.0.1", None) is None and bind_problem("0.0.0.0", "t") is None
+    assert bind_problem("0.0.0.0", None, allow_no_token=True) is None  # the explicit opt-out
     assert "set a bearer token (AFM_SERVER_TOKEN or --token" in bind_problem("0.0.0.0", None)
     for module in ("search_server", "crawl_server", "wiki_server"):
         proc = subprocess.run([sys.executable, "-m", f"afm.servers.{module}", "--host", "0.0.0.0", "--port",
                                str(free_port())], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "AFM_SERVER_TOKEN": ""})
+                              env={**os.environ, "AFM_SERVER_TOKEN": "", "AFM_SERVER_ALLOW_NO_TOKEN": ""})
         assert proc.returncode == 2, (module, proc.stderr)
         assert "binding 0.0.0.0 exposes the server to the network" in proc.stderr

@@ -127,7 +127,8 @@ class _ServerArgParser(argparse.ArgumentParser):
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
         parsed = super().parse_args(args, namespace)
-        problem = bind_problem(parsed.host, parsed.token or os.environ.get(TOKEN_ENV))
+        problem = bind_problem(parsed.host, parsed.token or os.environ.get(TOKEN_ENV),
+                               os.environ.get("AFM_SERVER_ALLOW_NO_TOKEN", "").strip().lower() in ("1", "true", "yes"))
         if problem:
             self.error(problem)
         return parsed
@@ -158,12 +159,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def bind_problem(host: str, token: str | None) -> str | None:
-    """Why binding ``host`` is refused (beyond loopback without a bearer token), or ``None``."""
-    if is_loopback(host) or token:
+def bind_problem(host: str, token: str | None, allow_no_token: bool = False) -> str | None:
+    """Why binding ``host`` is refused (beyond loopback without a bearer token), or ``None``.
+
+    ``allow_no_token`` (``AFM_SERVER_ALLOW_NO_TOKEN=1``) is the explicit opt-out for a private network whose
+    clients cannot send a token, such as the original project's verl tools.
+    """
+    if is_loopback(host) or token or allow_no_token:
         return None
     return (f"binding {host} exposes the server to the network: set a bearer token (AFM_SERVER_TOKEN or --token; "
-            f"the tool clients send $AFM_SERVER_TOKEN), or bind 127.0.0.1")
+            f"afm's tool clients send $AFM_SERVER_TOKEN), or bind 127.0.0.1; on a private network whose clients "
+            f"send no token (the original project's verl tools) set AFM_SERVER_ALLOW_NO_TOKEN=1")
 
 
 def serve(app_factory: str, args: argparse.Namespace, env: dict[str, str] | None = None) -> None:
