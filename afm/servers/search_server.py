@@ -306,9 +306,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"search server on {args.host}:{args.port}: backend={settings.describe()} "
           f"cache={settings.cache} ttl={settings.cache_ttl} serper_key={redact(settings.serper_key)} "
           f"default_num={default_num()} workers={args.workers}", file=sys.stderr, flush=True)
-    if os.environ.get("WEB_SEARCH_SERP_NUM", "").strip():
-        print("search server: default num from WEB_SEARCH_SERP_NUM (the original project's name)", file=sys.stderr,
-              flush=True)
     serve("afm.servers.search_server:create_search_app", args, env)
     return 0
 
