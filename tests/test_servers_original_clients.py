@@ -186,3 +186,6 @@ def test_summary_endpoint_aliases():
             "UNI_API_KEY": "k"}
     assert summary_endpoint(ours) == ("http://s/v1", "s") and alias_notes(ours) == []  # afm's names win
     assert summary_endpoint({"UNI_API_KEY": "k"}) == ("", "")  # a key alone configures nothing
+    # The uniapi key is never sent to an endpoint given with afm's names.
+    local = {"SUMMARY_OPENAI_API_BASE_URL": "http://127.0.0.1:8000/v1", "UNI_API_KEY": "k"}
+    assert summary_endpoint(local) == ("http://127.0.0.1:8000/v1", "") and alias_notes(local) == []

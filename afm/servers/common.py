@@ -176,7 +176,6 @@ def serve(app_factory: str, args: argparse.Namespace, env: dict[str, str] | None
     """Run ``module:factory`` under uvicorn; settings reach worker processes through environment variables."""
     import uvicorn
 
-
     for key, value in (env or {}).items():
         os.environ[key] = value
     if args.token:

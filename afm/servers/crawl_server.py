@@ -214,9 +214,8 @@ class Crawler:
         ok = sum(o.ok for o in outcomes)
         for o in outcomes:
             self.metrics.inc(f"pages_{o.record['status']}")
-        failures = "; ".join(f"{o.record['url']}: {o.record['error']}" for o in outcomes if not o.ok)
-        for o in outcomes:
             o.record["success"] = o.ok
+        failures = "; ".join(f"{o.record['url']}: {o.record['error']}" for o in outcomes if not o.ok)
         return {"success": ok > 0, "obs": "\n\n".join(o.block for o in outcomes),
                 "error_message": None if ok else (failures or "no page could be read"),
                 "pages": [o.record for o in outcomes], "summary_type": mode}

@@ -94,8 +94,9 @@ def summary_endpoint(env: Mapping[str, str]) -> tuple[str, str]:
     key = env.get("SUMMARY_OPENAI_API_KEY", "")
     if not base:
         base = next((u.strip() for u in env.get("UNI_API_URLS", "").split("|") if u.strip()), "")
-    if not key and base:
-        key = env.get("UNI_API_KEY", "")
+        # The uniapi key goes only to a uniapi URL, never to an endpoint configured with afm's names.
+        if base and not key:
+            key = env.get("UNI_API_KEY", "")
     return base, key
 
 
@@ -106,7 +107,8 @@ def alias_notes(env: Mapping[str, str]) -> list[str]:
         urls = [u.strip() for u in env["UNI_API_URLS"].split("|") if u.strip()]
         more = f" (the first of {len(urls)})" if len(urls) > 1 else ""
         notes.append(f"summary model URL from UNI_API_URLS{more}: SUMMARY_OPENAI_API_BASE_URL is unset")
-    if not env.get("SUMMARY_OPENAI_API_KEY") and env.get("UNI_API_KEY") and summary_endpoint(env)[0]:
+    if (not env.get("SUMMARY_OPENAI_API_BASE_URL", "").strip() and not env.get("SUMMARY_OPENAI_API_KEY")
+            and env.get("UNI_API_KEY") and summary_endpoint(env)[0]):
         notes.append("summary model key from UNI_API_KEY: SUMMARY_OPENAI_API_KEY is unset")
     if env.get("JINA_BASE_URL", "").strip():
         notes.append("JINA_BASE_URL is ignored (unused by the original server too; its s.jina.ai is Jina's search "
