@@ -40,8 +40,11 @@ export HF_HOME="${HF_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/huggingface}"
 if [[ -n "${HF_TOKEN:-}" ]]; then export HF_TOKEN; fi
 
 # ---- tool servers (server/, read by the servers and by the web_search / crawl_page / wiki_search tool clients) -----
-# Host the servers bind to and the clients call. 127.0.0.1 keeps them private to this machine; for multi-node RL
-# use an address the other nodes can reach (and the servers' bearer token).
+# Host the clients call. 127.0.0.1 keeps the servers private to this machine. The original project set it to the
+# host's address ($(hostname -I)); afm's servers bind AFM_SERVER_BIND (default 127.0.0.1), so for multi-node RL set
+# both: SERVER_HOST=<this host's address>, AFM_SERVER_BIND=0.0.0.0 (or that address) and AFM_SERVER_TOKEN (required
+# beyond loopback; AFM_SERVER_ALLOW_NO_TOKEN=1 opts out on a private network). `server/start_servers.sh status`
+# checks the servers answer at SERVER_HOST and says what to set when they do not.
 export SERVER_HOST="${SERVER_HOST:-127.0.0.1}"
 # Search server: POST /search {q, num}.
 export WEBSEARCH_PORT="${WEBSEARCH_PORT:-9001}"
@@ -52,13 +55,18 @@ export WIKI_RAG_PORT="${WIKI_RAG_PORT:-8000}"
 export WIKI_RAG_SERVER_URL="${WIKI_RAG_SERVER_URL:-http://$SERVER_HOST:$WIKI_RAG_PORT/retrieve}"
 
 # ---- search and crawl backends (search and crawl servers) -----------------------------------------------------------
-# Serper (google.serper.dev) key for the search server; empty = the offline local BM25 backend.
+# Serper (google.serper.dev) key for the search server; empty = the offline local BM25 backend (with
+# WEB_SEARCH_BACKEND=auto; the search server's start-up line and `start_servers.sh status` name the backend).
 export WEB_SEARCH_SERPER_API_KEY="${WEB_SEARCH_SERPER_API_KEY:-}"
-# Jina Reader key for the crawl server; empty = pages are fetched directly.
+# Results per search when the caller gives no num (the web_search tool's num_results too); the original's name.
+export WEB_SEARCH_SERP_NUM="${WEB_SEARCH_SERP_NUM:-10}"
+# Jina Reader key for the crawl server; empty = pages are fetched directly. The original's JINA_BASE_URL
+# (https://s.jina.ai/, Jina's search API) was unused and is ignored; the reader endpoint is JINA_READER_BASE_URL.
 export JINA_API_KEY="${JINA_API_KEY:-}"
 
 # ---- search server settings (python -m afm.servers.search_server; server/start_servers.sh) -------------------------
-# Backend: serper | local (BM25 over WEB_SEARCH_CORPUS) | auto (serper when a key is set, else local).
+# Backend: serper (never falls back; no key = the server does not start) | local (BM25 over WEB_SEARCH_CORPUS) |
+# auto (serper when a key is set, else local).
 export WEB_SEARCH_BACKEND="${WEB_SEARCH_BACKEND:-auto}"
 # JSONL corpus {id, title, url, text} for the local backend; empty = the demo corpus written by start_servers.sh.
 export WEB_SEARCH_CORPUS="${WEB_SEARCH_CORPUS:-}"
@@ -71,8 +79,12 @@ export WEB_SEARCH_CACHE_TTL="${WEB_SEARCH_CACHE_TTL:-604800}"
 # link-local and cloud-metadata addresses are refused unless listed here (metadata always is).
 export CRAWL_PAGE_ALLOW="${CRAWL_PAGE_ALLOW:-}"
 export CRAWL_CACHE="${CRAWL_CACHE:-$HOME/.cache/afm/crawl_cache.sqlite}"
-# Summary mode when a request names none: none | once | chunk | page.
+# Summary mode when a request names none: none | once | chunk | page. The original's default was page (the whole
+# page in one call); once is the same call over the first 48,000 characters, so that long pages fit the model
+# (server/tool_server_readme.md, "Coming from the original project").
 export CRAWL_SUMMARY_TYPE="${CRAWL_SUMMARY_TYPE:-once}"
+# Seconds per crawl request before a 504 (the original: 500; 120 keeps one slow page from stalling an RL step).
+export CRAWL_REQUEST_TIMEOUT="${CRAWL_REQUEST_TIMEOUT:-120}"
 # Port of the offline demo web site the quickstart and tests crawl.
 export AFM_DEMO_SITE_PORT="${AFM_DEMO_SITE_PORT:-9002}"
 
@@ -85,7 +97,9 @@ export WIKI_DENSE_MODEL="${WIKI_DENSE_MODEL:-intfloat/e5-base-v2}"
 if [[ -n "${AFM_SERVER_TOKEN:-}" ]]; then export AFM_SERVER_TOKEN; fi
 
 # ---- page summary LLM (crawl server; any OpenAI-compatible endpoint, e.g. a local vLLM) -----------------------------
-# Empty base URL = pages are returned as extracted text, not summarised.
+# Empty base URL = pages are returned as extracted text, not summarised. The original's names are accepted when
+# these are empty (the crawl server's log says so once): UNI_API_URLS (|-separated; the first is used) and
+# UNI_API_KEY.
 export SUMMARY_OPENAI_API_BASE_URL="${SUMMARY_OPENAI_API_BASE_URL:-}"
 export SUMMARY_OPENAI_API_KEY="${SUMMARY_OPENAI_API_KEY:-}"
 export SUMMARY_MODEL="${SUMMARY_MODEL:-qwen2.5-72b-instruct}"

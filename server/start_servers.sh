@@ -2,7 +2,8 @@
 # Start, stop and check afm's tool servers (no sudo, no netstat): pid files and logs under a run folder.
 #
 #   bash server/start_servers.sh start  [NAME ...]   # default: search wiki crawl demo_site
-#   bash server/start_servers.sh status [NAME ...]   # exit 0 only when every named server is up and healthy
+#   bash server/start_servers.sh status [NAME ...]   # exit 0 only when every named server answers /health at the
+#                                                    # address its clients use (SERVER_HOST, WIKI_RAG_SERVER_URL)
 #   bash server/start_servers.sh stop   [NAME ...]
 #   bash server/start_servers.sh restart [NAME ...]
 #
@@ -14,13 +15,22 @@
 # Other settings:
 #   AFM_RUN_DIR        run folder: <name>.pid, <name>.log, demo corpora (default <repo>/runs/servers)
 #   AFM_PYTHON         interpreter (default $AFM_VENV/bin/python if it exists, else python3)
-#   AFM_SERVER_BIND    address the servers bind (default 127.0.0.1)
+#   AFM_SERVER_BIND    address the servers bind (default 127.0.0.1); any other (0.0.0.0, the host's address, for
+#                      clients on other nodes) needs AFM_SERVER_TOKEN, or the servers refuse to start
 #   AFM_SERVER_TOKEN   bearer token every server then requires (except on /health)
+#   AFM_SERVER_ALLOW_NO_TOKEN=1  bind beyond loopback without a token (a private network whose clients send none,
+#                      e.g. the original project's verl tools)
+#   SERVER_HOST        address the clients call (default 127.0.0.1); `status` checks the servers answer there.
+#                      The original project set it to the host's address while binding every interface; afm binds
+#                      loopback unless told otherwise, so with SERVER_HOST=<address> also set AFM_SERVER_BIND.
 #   WEB_SEARCH_WORKERS, WIKI_RAG_WORKERS, CRAWL_PAGE_WORKERS   uvicorn workers (2, 1, 2)
 #   AFM_START_TIMEOUT  seconds to wait for /health after a start (default 120: a first start builds indexes)
-# Without WEB_SEARCH_CORPUS (local search backend) or WIKI_CORPUS, the demo corpora are written to
-# $AFM_RUN_DIR/demo and used, with search results linking to the demo site; without CRAWL_PAGE_ALLOW the crawl
-# server is allowed to fetch the demo site's address and port (and no other non-public target).
+# Without WEB_SEARCH_CORPUS (local search backend) or WIKI_CORPUS, the demo corpora (invented pages) are written to
+# $AFM_RUN_DIR/demo and used, with search results linking to the demo site; `start` and `status` say so. With
+# WEB_SEARCH_BACKEND=auto (the default) the search server uses Serper when WEB_SEARCH_SERPER_API_KEY is set, else
+# the local backend; WEB_SEARCH_BACKEND=serper never falls back (no key: the search server does not start).
+# When the same call starts demo_site and crawl and CRAWL_PAGE_ALLOW is empty, the crawl server may fetch the demo
+# site's address and port (and no other non-public target); `start crawl` alone allows nothing non-public.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -71,20 +81,62 @@ workers_args() {
 # Address to probe: a wildcard bind is reached on loopback.
 probe_host() { if [[ "$BIND" == "0.0.0.0" || "$BIND" == "::" ]]; then echo 127.0.0.1; else echo "$BIND"; fi; }
 
+# Base URL the tool clients use for a server (what `status` must check), and where that address comes from.
+client_base() {
+  local name="$1" url
+  if [[ "$name" == wiki && -n "${WIKI_RAG_SERVER_URL:-}" ]]; then
+    url="${WIKI_RAG_SERVER_URL%/}"
+    echo "${url%/retrieve}"
+  elif [[ "$name" == demo_site ]]; then
+    echo "http://$(probe_host):$(port_of demo_site)"
+  else
+    echo "http://${SERVER_HOST:-127.0.0.1}:$(port_of "$name")"
+  fi
+}
+client_source() {
+  if [[ "$1" == wiki && -n "${WIKI_RAG_SERVER_URL:-}" ]]; then echo "WIKI_RAG_SERVER_URL"; else echo "SERVER_HOST"; fi
+}
+
 pid_alive() { [[ -n "$1" ]] && kill -0 "$1" 2> /dev/null; }
 read_pid() { [[ -f "$RUN_DIR/$1.pid" ]] && cat "$RUN_DIR/$1.pid" || true; }
 
 # Is something listening on the port? (bash's /dev/tcp; no netstat needed)
 port_busy() { (exec 3<> "/dev/tcp/$(probe_host)/$1") 2> /dev/null; }
 
-healthy() {
-  local url
-  url="http://$(probe_host):$1/health"
+# The body of GET <base>/health (fails when it does not answer 2xx).
+health_body() {
+  local url="$1/health"
   if command -v curl > /dev/null; then
-    curl -fsS -m 2 -o /dev/null "$url" 2> /dev/null
+    curl -fsS -m 2 "$url" 2> /dev/null
   else
-    "$PY" -c "import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$url" 2> /dev/null
+    "$PY" -c "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())" \
+      "$url" 2> /dev/null
   fi
+}
+healthy() { health_body "http://$(probe_host):$1" > /dev/null; }
+
+# What the search server says it searches with, from its /health (e.g. "backend=local requested=auto").
+backend_of() {
+  local body="$1" backend requested
+  backend="$(grep -o '"backend":"[a-z]*"' <<< "$body" | cut -d'"' -f4 || true)"
+  requested="$(grep -o '"requested_backend":"[a-z]*"' <<< "$body" | cut -d'"' -f4 || true)"
+  if [[ -n "$backend" ]]; then echo "backend=$backend (WEB_SEARCH_BACKEND=${requested:-?})"; fi
+}
+
+# The line that says the search server answers from the invented demo corpus, when this script chose it.
+demo_note() {
+  [[ "$1" == search && -f "$RUN_DIR/search.demo" ]] &&
+    echo "search: WARNING: answering from the DEMO corpus of invented pages ($(cat "$RUN_DIR/search.demo")), not the web: set WEB_SEARCH_SERPER_API_KEY (Serper) or WEB_SEARCH_CORPUS"
+  return 0
+}
+
+# Fails, saying what to set, when the clients' address for a server does not reach it.
+check_client_address() {
+  local name="$1" base
+  base="$(client_base "$name")"
+  health_body "$base" > /dev/null && return 0
+  echo "$name: the server answers on http://$(probe_host):$(port_of "$name") but not at $base, the address its clients use ($(client_source "$name")): it binds $BIND (AFM_SERVER_BIND). For clients on other machines set AFM_SERVER_BIND=0.0.0.0 (or this address) and AFM_SERVER_TOKEN, then restart; for clients on this machine set $(client_source "$name") to 127.0.0.1." >&2
+  return 1
 }
 
 module_exists() {
@@ -97,14 +149,19 @@ extra_args() {
   case "$name" in
     search)
       local backend="${WEB_SEARCH_BACKEND:-auto}"
+      rm -f "$RUN_DIR/search.demo"
       if [[ -z "${WEB_SEARCH_CORPUS:-}" && ("$backend" == "local" || ("$backend" == "auto" && -z "${WEB_SEARCH_SERPER_API_KEY:-}")) ]]; then
         "$PY" -m afm.servers.demo_data "$RUN_DIR/demo" --site-url "$site" > /dev/null
+        echo "$RUN_DIR/demo/search_corpus.jsonl" > "$RUN_DIR/search.demo"
         echo "--corpus $RUN_DIR/demo/search_corpus.jsonl"
       fi
       ;;
     crawl)
-      # The demo site is on loopback, which the crawl server refuses unless allow-listed: allow exactly its port.
-      if [[ -z "${CRAWL_PAGE_ALLOW:-}" ]]; then echo "--allow $(probe_host):$(port_of demo_site)"; fi
+      # The demo site is on loopback, which the crawl server refuses unless allow-listed: allow exactly its port,
+      # and only when this call starts the demo site (otherwise whatever listens there would become fetchable).
+      if [[ -z "${CRAWL_PAGE_ALLOW:-}" && "$STARTING_DEMO" == 1 ]]; then
+        echo "--allow $(probe_host):$(port_of demo_site)"
+      fi
       ;;
     wiki)
       if [[ -z "${WIKI_CORPUS:-}" ]]; then
@@ -157,7 +214,11 @@ start_one() {
     sleep 0.2
     waited=$((waited + 1))
   done
-  echo "$name: up (pid $pid) http://$(probe_host):$port"
+  local what=""
+  [[ "$name" == search ]] && what=" $(backend_of "$(health_body "http://$(probe_host):$port")")"
+  echo "$name: up (pid $pid) http://$(probe_host):$port$what"
+  demo_note "$name"
+  check_client_address "$name" || true # said now; `status` fails on it
 }
 
 stop_one() {
@@ -189,8 +250,13 @@ status_one() {
     echo "$name: stopped (port $port)"
     return 1
   fi
-  if healthy "$port"; then
-    echo "$name: running (pid $pid) http://$(probe_host):$port/health ok"
+  local body
+  if body="$(health_body "http://$(probe_host):$port")"; then
+    local what=""
+    [[ "$name" == search ]] && what=" $(backend_of "$body")"
+    echo "$name: running (pid $pid) http://$(probe_host):$port/health ok$what"
+    demo_note "$name"
+    check_client_address "$name" || return 1
   else
     echo "$name: running (pid $pid) but http://$(probe_host):$port/health does not answer (see $RUN_DIR/$name.log)"
     return 1
@@ -210,6 +276,8 @@ main() {
   done
   mkdir -p "$RUN_DIR"
   local rc=0 n
+  STARTING_DEMO=0
+  if [[ "$cmd" == start && " ${names[*]} " == *" demo_site "* ]]; then STARTING_DEMO=1; fi
   case "$cmd" in
     start)
       # The demo site first: the search corpus links to it.

@@ -294,9 +294,8 @@ def test_url_helpers():
     ({"content": b"{not json"}, 400, "invalid JSON"),
     ({"content": b""}, 400, "empty request body"),
     ({"content": b"x" * 10_000_000}, 413, "request body too large"),
-    ({"json": {"urls": ["hello", "world"]}}, 400, "no valid URL"),
 ], ids=["empty-list", "empty-string", "missing-urls", "wrong-type", "bad-mode", "bad-chunk", "not-object",
-        "invalid-json", "empty-body", "10MB", "non-urls"])
+        "invalid-json", "empty-body", "10MB"])
 def test_bad_input_gets_a_json_4xx(plain_server, kwargs, status, error):
     r = httpx.post(f"{plain_server.url}/crawl_page", timeout=30, **kwargs)
     assert r.status_code == status, r.text
@@ -304,13 +303,19 @@ def test_bad_input_gets_a_json_4xx(plain_server, kwargs, status, error):
     assert httpx.get(f"{plain_server.url}/health", timeout=5).status_code == 200
 
 
-def test_non_url_items_are_explained_in_the_400(plain_server):
+def test_non_url_items_are_answered_200_with_success_false_and_the_reasons(plain_server):
+    # The original server's answer (200, success false, "No valid URL found"): its verl client reads any other
+    # status as a server error.
     r = httpx.post(f"{plain_server.url}/crawl_page", json={"urls": "hello | world"}, timeout=10)
-    assert r.status_code == 400
-    assert r.json()["obs"].startswith("Page 1 [hello]: [Page content not accessible: not a URL")
+    assert r.status_code == 200
+    data = r.json()
+    assert data["success"] is False and data["error_message"].startswith("No valid URL found: hello: not a URL")
+    assert data["obs"].startswith("Page 1 [hello]: [Page content not accessible: not a URL")
+    assert [(p["url"], p["success"], p["status"]) for p in data["pages"]] == [("hello", False, "invalid"),
+                                                                             ("world", False, "invalid")]
     long = "http://e.org/" + "a" * 500_000
     r = httpx.post(f"{plain_server.url}/crawl_page", json={"urls": [long]}, timeout=10)
-    assert r.status_code == 400 and len(r.text) < 2000
+    assert r.status_code == 200 and len(r.text) < 2000 and r.json()["success"] is False
     assert "longer than 4096 characters" in r.json()["obs"]
 
 

@@ -90,10 +90,10 @@ def test_failed_pages_come_back_as_an_error_observation(server):
     assert "Page 1 [ftp://example.com/file]: [Page content not accessible: refused: scheme 'ftp'" in refused.text
     assert "cloud metadata" in refused.text
     assert refused.meta["reason"] == "no_page_read"
-    invalid = run(tool, "the observatory page")
-    assert invalid.status == "error" and invalid.meta["http_status"] == 400
-    assert invalid.text.startswith("[crawl_page failed] The crawl server rejected the request (HTTP 400: ")
-    assert "the observatory page: not a URL" in invalid.text and "separated by |" in invalid.text
+    invalid = run(tool, "the observatory page")  # answered 200 with success false, as the original server did
+    assert invalid.status == "error" and invalid.meta["reason"] == "no_valid_url"
+    assert invalid.text.startswith("Page 1 [the observatory page]: [Page content not accessible: not a URL")
+    assert invalid.text.endswith("Give one or more full http:// or https:// URLs separated by |.")
 
 
 def test_server_down_is_an_error():

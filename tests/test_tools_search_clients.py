@@ -178,3 +178,11 @@ def test_urls_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("WIKI_RAG_SERVER_URL", "http://wiki.example:8000/retrieve")
     assert WikiSearchTool().url == "http://wiki.example:8000/retrieve"
     assert WebSearchTool({"url": "http://override/search"}).url == "http://override/search"
+
+
+def test_web_search_num_results_default_from_the_originals_variable(monkeypatch):
+    monkeypatch.setenv("WEB_SEARCH_SERP_NUM", "4")
+    assert WebSearchTool({"url": "http://127.0.0.1:9/search"}).num_results == 4
+    assert WebSearchTool({"url": "http://127.0.0.1:9/search", "num_results": 2}).num_results == 2
+    monkeypatch.delenv("WEB_SEARCH_SERP_NUM")
+    assert WebSearchTool({"url": "http://127.0.0.1:9/search"}).num_results == 10

@@ -37,7 +37,7 @@ FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 TESTS_DIR_ENV = "LIVECODEBENCH_TESTCASES_DIR"
 PRED_CHARS = 4000
 
-_sandbox: Sandbox | None = None
+_sandboxes: dict[str, Sandbox] = {}  # keyed by the effective config: code_sandbox options apply on every call
 _sandbox_lock = threading.Lock()
 
 
@@ -60,15 +60,14 @@ def extract_code(answer: str) -> str | None:
 
 
 def shared_sandbox(config: dict[str, Any] | None = None) -> Sandbox:
-    """One pooled sandbox per process for all code rewards (created on first use)."""
-    global _sandbox
+    """The pooled sandbox of this process for code rewards with this ``code_sandbox`` config (created on first use)."""
+    cfg = {"mode": "pool", "preload": [], "limits": {"wall_s": 30, "memory_mb": 4096, "output_bytes": 10_000_000}}
+    cfg.update(config or {})
+    key = json.dumps(cfg, sort_keys=True, default=str)
     with _sandbox_lock:
-        if _sandbox is None:
-            cfg = {"mode": "pool", "preload": [], "limits": {"wall_s": 30, "memory_mb": 4096,
-                                                             "output_bytes": 10_000_000}}
-            cfg.update(config or {})
-            _sandbox = Sandbox(SandboxConfig.from_mapping(cfg))
-        return _sandbox
+        if key not in _sandboxes:
+            _sandboxes[key] = Sandbox(SandboxConfig.from_mapping(cfg))
+        return _sandboxes[key]
 
 
 def _listish(value: Any) -> list[Any]:

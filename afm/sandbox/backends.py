@@ -9,6 +9,7 @@ cgroup v1 memory and process limits where the host allows them, and a seccomp fi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 from afm.sandbox.limits import Limits
 from afm.sandbox.runtime import SYSTEM_DIRS, JailRuntime, SandboxUnavailable
+
+log = logging.getLogger(__name__)
 
 RUNNER_IN_JAIL = "/afm/jail_runner.py"
 MIB = 1024 * 1024
@@ -180,6 +183,7 @@ class BwrapBackend(Backend):
     name = "bwrap"
 
     def __init__(self, path: str | None = None) -> None:
+        self.fallback_reasons: list[str] = []  # why nsjail was not used, when "auto" chose this backend
         found = path or shutil.which("bwrap")
         if not found:
             raise SandboxUnavailable("bubblewrap (bwrap) not found: apt install bubblewrap, or use nsjail")
@@ -212,6 +216,12 @@ class BwrapBackend(Backend):
         cmd += ["--chdir", "/tmp", "--"]
         return cmd + spec.runner_args()
 
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"backend": self.name, "path": self.path, "seccomp": False}
+        if self.fallback_reasons:
+            out["nsjail_unavailable"] = self.fallback_reasons
+        return out
+
     def popen_kwargs(self, spec: LaunchSpec) -> dict[str, object]:
         # Started by root, bwrap would map the jail to outside root, which is exempt from RLIMIT_NPROC.
         if os.geteuid() != 0:
@@ -221,7 +231,8 @@ class BwrapBackend(Backend):
 
 def make_backend(name: str = "auto", *, nsjail_path: str | None = None, cgroups: bool | None = None,
                  seccomp: bool = True) -> Backend:
-    """``nsjail``, ``bwrap`` or ``auto`` (nsjail when it can start a jail here, else bwrap)."""
+    """``nsjail``, ``bwrap`` or ``auto`` (nsjail when it can start a jail here, else bwrap with a logged warning
+    that gives nsjail's failure; the reasons also appear in the backend's ``describe()``)."""
     if name == "nsjail":
         return NsjailBackend(nsjail_path, cgroups, seccomp)
     if name == "bwrap":
@@ -237,13 +248,30 @@ def make_backend(name: str = "auto", *, nsjail_path: str | None = None, cgroups:
             return backend
     except SandboxUnavailable as exc:
         reasons.append(str(exc))
+    nsjail_reasons = list(reasons)
     try:
         backend = BwrapBackend()
         if _probe(backend.path, ["--unshare-all", "--ro-bind", "/", "/", "--", "/bin/true"], reasons):
+            backend.fallback_reasons = nsjail_reasons
+            _warn_fallback(nsjail_reasons)
             return backend
     except SandboxUnavailable as exc:
         reasons.append(str(exc))
     raise SandboxUnavailable("no sandbox backend can run here:\n  - " + "\n  - ".join(reasons))
+
+
+_warned: set[tuple[str, ...]] = set()
+
+
+def _warn_fallback(reasons: list[str]) -> None:
+    """Say (once per process and cause) that the weaker backend was chosen, and why nsjail was not."""
+    key = tuple(reasons)
+    if key in _warned:
+        return
+    _warned.add(key)
+    log.warning("sandbox: using bubblewrap because nsjail cannot run here; bubblewrap jails have no seccomp filter "
+                "and no cgroup memory/process limits (the runner's rlimits still apply). Why not nsjail: %s",
+                " | ".join(reasons) or "unknown")
 
 
 def _probe(path: str, args: list[str], reasons: list[str]) -> bool:

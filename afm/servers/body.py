@@ -8,6 +8,7 @@ body here instead and validate it themselves. An oversized body is drained (up t
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 # Past this many bytes the rest of an oversized body is not even read: the connection is closed after the 413.
 DRAIN_LIMIT = 64 << 20
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,7 +36,11 @@ class BadRequest(Exception):
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:
-    """The parsed JSON body; raises :class:`BadRequest` (413 too large, 400 empty or not JSON)."""
+    """The parsed JSON body; raises :class:`BadRequest` (413 too large, 400 empty or not JSON).
+
+    The content type is not checked: a JSON body sent as ``text/plain`` or without a header (``curl -d``) is read;
+    anything that is not JSON (a form, bytes that are not UTF-8) is a 400.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > DRAIN_LIMIT:
         raise BadRequest(413, "request body too large", f"{declared} bytes; the limit is {max_bytes}")
@@ -52,9 +58,19 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     if not raw.strip():
         raise BadRequest(400, "empty request body", "send a JSON object")
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(400, "invalid JSON", str(exc)) from None
+        data = json.loads(raw)
+        if _SURROGATE_ESCAPE.search(raw):
+            # A lone surrogate (\ud800) is valid JSON but no text: it would fail the UTF-8 encoding of any answer
+            # that echoes it. Pairs (emoji written as two escapes) decode to real characters and pass this check.
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        return data
+    except RecursionError:
+        # The C decoder recurses once per nesting level: ``[[[[...`` under the size cap overflows the stack.
+        raise BadRequest(400, "invalid JSON", "nested too deeply") from None
+    except ValueError as exc:
+        # JSONDecodeError, UnicodeDecodeError/UnicodeEncodeError (bytes that are not UTF-8, lone surrogates), and
+        # the int-digits limit (``{"num": 1111...}``) that json.loads raises as a plain ValueError.
+        raise BadRequest(400, "invalid JSON", str(exc)[:300]) from None
 
 
 def validate(model: type[M], data: Any) -> M:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import ipaddress
 import math
 import os
 import threading
@@ -88,8 +89,14 @@ class _BearerAuth:
         await self.app(scope, receive, send)
 
 
-def create_app(title: str, *, token: str | None = None, version: str = "1", description: str = "") -> FastAPI:
-    """A FastAPI app with ``GET /health``, optional bearer auth and JSON error bodies for every failure."""
+def create_app(title: str, *, token: str | None = None, version: str = "1", description: str = "",
+               health: dict[str, Any] | None = None) -> FastAPI:
+    """A FastAPI app with ``GET /health``, optional bearer auth and JSON error bodies for every failure.
+
+    ``/health`` answers ``{"status": "healthy", "timestamp", ...}`` as the original project's servers did (its
+    clients and scripts look for ``"healthy"``), plus ``health`` (e.g. the search backend, so that
+    ``start_servers.sh status`` can name it; nothing secret: the route needs no token).
+    """
     token = token if token is not None else os.environ.get(TOKEN_ENV) or None
     app = FastAPI(title=title, version=version, description=description)
     app.state.token = token
@@ -105,24 +112,64 @@ def create_app(title: str, *, token: str | None = None, version: str = "1", desc
     async def _crash(_: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": "internal error", "detail": f"{type(exc).__name__}: {exc}"}, 500)
 
+    extra = dict(health or {})
+
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "service": title, "pid": os.getpid(), "time": time.time()}
+    async def get_health() -> dict[str, Any]:
+        now = time.time()
+        return {"status": "healthy", "service": title, "pid": os.getpid(), "timestamp": now, "time": now, **extra}
 
     return app
 
 
+class _ServerArgParser(argparse.ArgumentParser):
+    """Refuses, as a usage error, a bind beyond loopback without a token (before any index is built)."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed = super().parse_args(args, namespace)
+        problem = bind_problem(parsed.host, parsed.token or os.environ.get(TOKEN_ENV),
+                               os.environ.get("AFM_SERVER_ALLOW_NO_TOKEN", "").strip().lower() in ("1", "true", "yes"))
+        if problem:
+            self.error(problem)
+        return parsed
+
+
 def server_arg_parser(description: str, default_port: int) -> argparse.ArgumentParser:
     """Common CLI flags: --host (127.0.0.1), --port, --workers, --token, --log-level."""
-    p = argparse.ArgumentParser(description=description)
+    p = _ServerArgParser(description=description)
     p.add_argument("--host", default=os.environ.get("AFM_SERVER_BIND", "127.0.0.1"),
-                   help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the server to the network)")
+                   help="address to bind (default $AFM_SERVER_BIND or 127.0.0.1); any other than loopback "
+                        "(0.0.0.0, the host's address) exposes the server to the network and needs a token")
     p.add_argument("--port", type=int, default=default_port)
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     p.add_argument("--token", default=None, help=f"bearer token required by every route but /health "
                                                  f"(default: ${TOKEN_ENV}; empty = no auth)")
     p.add_argument("--log-level", default="warning")
     return p
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a server private to this machine."""
+    host = host.strip().strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_problem(host: str, token: str | None, allow_no_token: bool = False) -> str | None:
+    """Why binding ``host`` is refused (beyond loopback without a bearer token), or ``None``.
+
+    ``allow_no_token`` (``AFM_SERVER_ALLOW_NO_TOKEN=1``) is the explicit opt-out for a private network whose
+    clients cannot send a token, such as the original project's verl tools.
+    """
+    if is_loopback(host) or token or allow_no_token:
+        return None
+    return (f"binding {host} exposes the server to the network: set a bearer token (AFM_SERVER_TOKEN or --token; "
+            f"afm's tool clients send $AFM_SERVER_TOKEN), or bind 127.0.0.1; on a private network whose clients "
+            f"send no token (the original project's verl tools) set AFM_SERVER_ALLOW_NO_TOKEN=1")
 
 
 def serve(app_factory: str, args: argparse.Namespace, env: dict[str, str] | None = None) -> None:

@@ -5,8 +5,14 @@
 Request ``{urls, task, web_search_query, think_content, summary_type, chunk_size}``: ``urls`` is a list or one
 ``|``-separated string (markdown links ``[text](http...)`` are accepted); ``summary_type`` is ``none``, ``once``,
 ``chunk`` or ``page`` (see :mod:`afm.servers.summarize`). Response ``{success, obs, error_message,
-processing_time, pages: [{url, status, cached, chars, ...}]}``; ``obs`` is what the agent sees, one block per
-page: ``Page i [url] Summary:\\n...`` or ``Page i [url]: [Page content not accessible: reason]``.
+processing_time, pages: [{url, success, status, cached, chars, ...}]}``; ``obs`` is what the agent sees, one block
+per page: ``Page i [url] Summary:\\n...`` or ``Page i [url]: [Page content not accessible: reason]``. ``success``
+is true when at least one page was read. A request in which no item is a URL answers 200 with ``success: false``
+and ``error_message`` "No valid URL found: ..." (the original server's answer, which its verl client expects); a
+request that is not valid JSON, misses ``urls`` or gives none answers 4xx.
+
+Defaults that differ from the original server, on purpose: ``summary_type`` ``once`` (the original: ``page``)
+and a 120 s whole-request limit (the original: 500 s); server/tool_server_readme.md says why.
 
 Pages are fetched concurrently under the SSRF policy of :mod:`afm.servers.ssrf` and the caps of
 :mod:`afm.servers.fetch`. Extracted text is cached per URL, summaries per (URL, mode, goal, model), both with a
@@ -22,6 +28,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,6 +50,7 @@ from afm.servers.summarize import (
     LLMSettings,
     Summarizer,
     SummaryBudget,
+    alias_notes,
     env_number,
 )
 from afm.servers.worker_metrics import RUN_ID_ENV, WorkerMetrics, new_run_id
@@ -206,6 +214,7 @@ class Crawler:
         ok = sum(o.ok for o in outcomes)
         for o in outcomes:
             self.metrics.inc(f"pages_{o.record['status']}")
+            o.record["success"] = o.ok
         failures = "; ".join(f"{o.record['url']}: {o.record['error']}" for o in outcomes if not o.ok)
         return {"success": ok > 0, "obs": "\n\n".join(o.block for o in outcomes),
                 "error_message": None if ok else (failures or "no page could be read"),
@@ -346,9 +355,10 @@ def create_crawl_app() -> FastAPI:
         metrics.observe(elapsed)
         result["processing_time"] = round(elapsed, 3)
         if not any(p["status"] not in ("invalid", "skipped") for p in result["pages"]):
-            # Nothing in the request was a URL: a client error, with the per-item reasons in obs.
-            metrics.inc("bad_requests")
-            return JSONResponse({"error": "no valid URL", "detail": result["error_message"], **result}, 400)
+            # Nothing in the request was a URL. Answered 200 with success false, as the original server did: its
+            # verl crawl tool reads any other status as "server error" and would hide the reasons in obs.
+            metrics.inc("no_valid_url")
+            result["error_message"] = f"No valid URL found: {result['error_message']}"
         return JSONResponse(result)
 
     @app.get("/metrics")
@@ -388,6 +398,13 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         p.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings, llm = CrawlSettings.from_env(), LLMSettings.from_env()
+    for note in alias_notes(os.environ):  # said once, here, not by every worker
+        print(f"crawl server: {note}", file=sys.stderr, flush=True)
+    print(f"crawl server on {args.host}:{args.port}: summary_model={llm.model if llm.base_url else 'none'} "
+          f"default_summary_type={settings.default_mode} request_timeout={settings.request_timeout_s:g}s "
+          f"allow={settings.allow or '-'} jina={redact(settings.jina_api_key)} workers={args.workers}",
+          file=sys.stderr, flush=True)
     serve("afm.servers.crawl_server:create_crawl_app", args, env)
 
 

@@ -101,6 +101,9 @@ def render_index() -> str:
             f"  <ul>\n{items}\n  </ul>\n</body></html>\n")
 
 
+MAX_DRAIN = 1 << 20
+
+
 def _huge_paragraph(i: int) -> str:
     return (f"<p>Harbour ledger entry {i}: the salt barge Corvan {i % 97} unloaded {i % 400 + 20} barrels at "
             f"Marrowgate pier {i % 12 + 1} under a westerly wind, and the harbour master signed the ledger.</p>\n")
@@ -131,6 +134,21 @@ class DemoHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             # The crawler closes the connection once it has read enough (huge pages): not an error here.
             self.close_connection = True
+        except ValueError as exc:  # a test endpoint's parameter that is not a number (/slow?s=abc)
+            self._json(400, {"error": "bad query parameter", "detail": str(exc)[:200]})
+
+    def _no_body_routes(self) -> None:
+        """Every route is GET: a request with a body gets 405 (after its body is drained, up to a cap)."""
+        length = self.headers.get("Content-Length", "0")
+        size = int(length) if length.isdigit() else 0
+        if 0 < size <= MAX_DRAIN:
+            self.rfile.read(size)
+        else:
+            self.close_connection = True  # an unknown or huge body is not read: the connection closes instead
+        self._send(405, "application/json", json.dumps({"error": "method not allowed", "detail": "the demo site "
+                   "only serves GET"}).encode(), {"Allow": "GET"})
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = _no_body_routes
 
     def _route(self, path: str, query: dict[str, str]) -> None:
         slug = path[1:-5] if path.endswith(".html") else None
@@ -139,7 +157,7 @@ class DemoHandler(BaseHTTPRequestHandler):
         elif slug in _DOCS:
             self._send(200, "text/html; charset=utf-8", render_page(_DOCS[slug]).encode())
         elif path == "/health":
-            self._json(200, {"status": "ok"})
+            self._json(200, {"status": "healthy", "service": "afm demo site"})
         elif path == "/_stats":
             with self.hits_lock:
                 self._json(200, dict(self.hits))

@@ -61,6 +61,7 @@ class SearchSettings:
     """Everything the server reads from the environment (CLI flags are turned into these variables)."""
 
     backend: str
+    requested: str  # what WEB_SEARCH_BACKEND asked for: auto, serper or local
     corpus: str | None
     index_dir: str | None
     cache: str
@@ -75,14 +76,15 @@ class SearchSettings:
     def from_env(cls, env: dict[str, str] | None = None) -> SearchSettings:
         env = dict(os.environ if env is None else env)
         key = env.get("WEB_SEARCH_SERPER_API_KEY", "")
-        backend = (env.get("WEB_SEARCH_BACKEND") or "auto").strip().lower()
-        if backend == "auto":
-            backend = "serper" if key else "local"
-        if backend not in ("serper", "local"):
-            raise ValueError(f"WEB_SEARCH_BACKEND={backend!r}: use auto, serper or local")
+        requested = (env.get("WEB_SEARCH_BACKEND") or "auto").strip().lower()
+        if requested not in ("auto", "serper", "local"):
+            raise ValueError(f"WEB_SEARCH_BACKEND={requested!r}: use auto, serper or local")
+        # Only "auto" chooses; a deployment that asked for serper gets serper or an error, never local results.
+        backend = ("serper" if key else "local") if requested == "auto" else requested
         ttl = _env_float(env, "WEB_SEARCH_CACHE_TTL", DEFAULT_TTL_S)
         return cls(
             backend=backend,
+            requested=requested,
             corpus=env.get("WEB_SEARCH_CORPUS") or None,
             index_dir=env.get("WEB_SEARCH_INDEX_DIR") or None,
             cache=env.get("WEB_SEARCH_CACHE", DEFAULT_CACHE),
@@ -93,6 +95,13 @@ class SearchSettings:
             serper_retries=int(_env_float(env, "WEB_SEARCH_SERPER_RETRIES", 2)),
             serper_backoff=_env_float(env, "WEB_SEARCH_SERPER_BACKOFF", 0.5),
         )
+
+    def describe(self) -> str:
+        """The backend in words, for the start-up line and ``start_servers.sh status``."""
+        if self.backend == "serper":
+            return f"serper ({self.serper_url})"
+        why = " (WEB_SEARCH_BACKEND=auto and WEB_SEARCH_SERPER_API_KEY is empty)" if self.requested == "auto" else ""
+        return f"local BM25 over {self.corpus}{why}"
 
     def check(self) -> None:
         """Raise ValueError with the fix when the settings cannot work."""
@@ -123,7 +132,7 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     q: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    num: int = Field(default=10, ge=1, le=MAX_NUM)
+    num: int = Field(default_factory=lambda: default_num(), ge=1, le=MAX_NUM)
 
     @field_validator("q")
     @classmethod
@@ -131,6 +140,16 @@ class SearchRequest(BaseModel):
         if not v.strip():
             raise ValueError("the query is blank")
         return v
+
+
+def default_num(env: dict[str, str] | None = None) -> int:
+    """Results per query when a request gives no ``num``: ``WEB_SEARCH_SERP_NUM`` (the original's name) or 10."""
+    raw = (os.environ if env is None else env).get("WEB_SEARCH_SERP_NUM", "").strip()
+    if not raw:
+        return 10
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_NUM:
+        raise ValueError(f"WEB_SEARCH_SERP_NUM={raw!r}: expected a whole number from 1 to {MAX_NUM}")
+    return int(raw)
 
 
 def normalise_query(q: str) -> str:
@@ -205,7 +224,8 @@ def create_search_app(settings: SearchSettings | None = None) -> FastAPI:
     metrics = WorkerMetrics("search")
     metrics.publish_quietly()  # so /metrics counts this worker before it has served anything
     service = SearchService(backend, cache, metrics)
-    app = create_app("afm search server", description=__doc__.split("\n\n")[0])
+    app = create_app("afm search server", description=__doc__.split("\n\n")[0],
+                     health={"backend": backend.name, "requested_backend": settings.requested})
     app.state.service = service
     name = json.dumps(backend.name)
 
@@ -239,6 +259,7 @@ def create_search_app(settings: SearchSettings | None = None) -> FastAPI:
         for key in ("requests", "hits", "misses", "upstream_errors"):
             out.setdefault(key, 0)
         out["backend"] = backend.name
+        out["requested_backend"] = settings.requested
         out["cache"] = cache.url if cache is not None else "off"
         out["cache_ttl_s"] = settings.cache_ttl
         return out
@@ -267,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = SearchSettings.from_env({**os.environ, **env})
         settings.check()
+        default_num({**os.environ, **env})
         if settings.backend == "local":
             # Build (or check) the index once here, so that N workers do not race to build it.
             settings.make_backend().index.close()  # type: ignore[attr-defined]
@@ -281,9 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"search server: cannot open the cache {settings.cache.split('@')[-1]!r}: {exc}", file=sys.stderr)
         return 2
     env[RUN_ID_ENV] = new_run_id("search")
-    print(f"search server on {args.host}:{args.port}: backend={settings.backend} "
+    print(f"search server on {args.host}:{args.port}: backend={settings.describe()} "
           f"cache={settings.cache} ttl={settings.cache_ttl} serper_key={redact(settings.serper_key)} "
-          f"workers={args.workers}", file=sys.stderr, flush=True)
+          f"default_num={default_num()} workers={args.workers}", file=sys.stderr, flush=True)
     serve("afm.servers.search_server:create_search_app", args, env)
     return 0
 

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -74,13 +75,45 @@ class LLMSettings:
     @classmethod
     def from_env(cls) -> LLMSettings:
         env = os.environ
-        return cls(base_url=env.get("SUMMARY_OPENAI_API_BASE_URL", "").strip(),
-                   api_key=env.get("SUMMARY_OPENAI_API_KEY", ""),
+        base_url, api_key = summary_endpoint(env)
+        return cls(base_url=base_url, api_key=api_key,
                    model=env.get("SUMMARY_MODEL", "").strip() or DEFAULT_MODEL,
                    timeout_s=env_number("SUMMARY_TIMEOUT", cls.timeout_s),
                    max_retries=env_number("SUMMARY_MAX_RETRIES", cls.max_retries, int),
                    backoff_s=env_number("SUMMARY_BACKOFF", cls.backoff_s),
                    max_tokens=env_number("SUMMARY_MAX_TOKENS", cls.max_tokens, int))
+
+
+def summary_endpoint(env: Mapping[str, str]) -> tuple[str, str]:
+    """(base URL, key) of the summary model: ``SUMMARY_OPENAI_API_*``, else the original project's ``UNI_API_*``.
+
+    The original crawl server read its summary model from ``UNI_API_KEY`` and a fixed uniapi URL (``keys.py``),
+    and its environment.sh named ``UNI_API_URLS`` (``|``-separated; the first is used here).
+    """
+    base = env.get("SUMMARY_OPENAI_API_BASE_URL", "").strip()
+    key = env.get("SUMMARY_OPENAI_API_KEY", "")
+    if not base:
+        base = next((u.strip() for u in env.get("UNI_API_URLS", "").split("|") if u.strip()), "")
+        # The uniapi key goes only to a uniapi URL, never to an endpoint configured with afm's names.
+        if base and not key:
+            key = env.get("UNI_API_KEY", "")
+    return base, key
+
+
+def alias_notes(env: Mapping[str, str]) -> list[str]:
+    """One line per original-project variable that stands in for (or is ignored in favour of) an afm one."""
+    notes = []
+    if not env.get("SUMMARY_OPENAI_API_BASE_URL", "").strip() and env.get("UNI_API_URLS", "").strip():
+        urls = [u.strip() for u in env["UNI_API_URLS"].split("|") if u.strip()]
+        more = f" (the first of {len(urls)})" if len(urls) > 1 else ""
+        notes.append(f"summary model URL from UNI_API_URLS{more}: SUMMARY_OPENAI_API_BASE_URL is unset")
+    if (not env.get("SUMMARY_OPENAI_API_BASE_URL", "").strip() and not env.get("SUMMARY_OPENAI_API_KEY")
+            and env.get("UNI_API_KEY") and summary_endpoint(env)[0]):
+        notes.append("summary model key from UNI_API_KEY: SUMMARY_OPENAI_API_KEY is unset")
+    if env.get("JINA_BASE_URL", "").strip():
+        notes.append("JINA_BASE_URL is ignored (unused by the original server too; its s.jina.ai is Jina's search "
+                     "API): the reader is JINA_READER_BASE_URL, default https://r.jina.ai")
+    return notes
 
 
 @dataclass(frozen=True)

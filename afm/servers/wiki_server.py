@@ -138,7 +138,8 @@ def create_wiki_app(settings: WikiSettings | None = None) -> FastAPI:
     retriever = settings.open_retriever()
     metrics = WorkerMetrics("wiki")
     metrics.publish_quietly()
-    app = create_app("afm wiki retrieval server", description=__doc__.split("\n\n")[0])
+    app = create_app("afm wiki retrieval server", description=__doc__.split("\n\n")[0],
+                     health={"retriever": settings.retriever})
     app.state.retriever = retriever
     # One search at a time per worker: the index is CPU-bound and parallel numpy/torch calls only contend.
     gate = asyncio.Semaphore(1)

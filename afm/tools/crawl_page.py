@@ -6,12 +6,14 @@ The request carries the agent's goal so that the server can summarise for it: ``
 
 Config (tool YAML ``config:``), each optional: ``url`` (default ``http://$SERVER_HOST:$CRAWL_PAGE_PORT/crawl_page``,
 i.e. ``http://127.0.0.1:9000/crawl_page``), ``timeout`` seconds per attempt (150, a little above the server's own
-120 s request limit), ``retries`` (0: a crawl with summaries is expensive, and a timed-out one would run twice),
-``backoff`` (0.5 s), ``summary_type`` (``none|once|chunk|page``; default: the server's), ``chunk_size``,
+120 s request limit; raise both together, e.g. 520 with ``CRAWL_REQUEST_TIMEOUT=500``), ``retries`` (0: a crawl
+with summaries is expensive, and a timed-out one would run twice), ``backoff`` (0.5 s), ``summary_type`` (``none|once|chunk|page``; default: the server's), ``chunk_size``,
 ``token`` (bearer token; default ``$AFM_SERVER_TOKEN``).
 
 Observation: the server's, one block per page (``Page 1 [url] Summary:\\n...`` or
-``Page 1 [url]: [Page content not accessible: reason]``); status ``error`` when no page could be read. Server
+``Page 1 [url]: [Page content not accessible: reason]``); status ``error`` when no page could be read (reason
+``no_page_read``, or ``no_valid_url`` with advice when no item was a URL: the server answers those 200 with
+``success: false``, as the original did). Server
 failures (down, timeout, 4xx/5xx, unreadable answers) become an explanatory observation with status ``error`` or
 ``timeout``.
 """
@@ -85,6 +87,12 @@ class CrawlPageTool(ServerTool):
                                         ServerCallError("bad_response", "no 'obs' observation text"), "")
             return ToolResult(text, status, time.perf_counter() - t0, {"reason": "bad_response"})  # type: ignore[arg-type]
         ok = bool(data.get("success", True))
+        pages = data.get("pages")
+        reason = None if ok else "no_page_read"
+        if not ok and isinstance(pages, list) and pages and all(
+                isinstance(p, dict) and p.get("status") == "invalid" for p in pages):
+            # The server answers 200 with success false when nothing was a URL (the original's protocol).
+            reason, obs = "no_valid_url", f"{obs}\n\n{ADVICE_4XX}"
         return ToolResult(obs, "ok" if ok else "error", time.perf_counter() - t0,
-                          {"pages": data.get("pages"), "processing_time": data.get("processing_time"), **info,
-                           **({} if ok else {"reason": "no_page_read"})})
+                          {"pages": pages, "processing_time": data.get("processing_time"), **info,
+                           **({"reason": reason} if reason else {})})

@@ -27,10 +27,20 @@ TOOL_CLASSES: dict[str, str] = {
 VERL_ADAPTER_KEYS = frozenset({"type", "afm_tool", "afm_class", "call_timeout"})
 
 
-def register_tool(name: str, target: str | type[Tool]) -> None:
-    """Register a tool class (or its ``module:Class`` path) under a tag name, replacing any previous one."""
+def register_tool(name: str, target: str | type[Tool], *, replace: bool = False) -> None:
+    """Register a tool class (or its ``module:Class`` path) under a tag name.
+
+    Registering the same target again is a no-op; another target under a taken name raises ``ValueError``
+    unless ``replace=True`` (two plugins claiming one tag would otherwise silently swap the tool a run uses).
+    """
     if isinstance(target, type):
         target = f"{target.__module__}:{target.__qualname__}"
+    if not isinstance(target, str) or ":" not in target:
+        raise ValueError(f"tool {name!r}: give a Tool subclass or a 'module:Class' path, not {target!r}")
+    current = TOOL_CLASSES.get(name)
+    if current is not None and current != target and not replace:
+        raise ValueError(f"tool {name!r} is already registered as {current}; refusing to replace it with {target} "
+                         f"(pass replace=True to do so on purpose, or register under another name)")
     TOOL_CLASSES[name] = target
 
 

@@ -2,7 +2,7 @@
 
 Config (tool YAML ``config:``), each optional:
 ``url`` (default ``http://$SERVER_HOST:$WEBSEARCH_PORT/search``, i.e. ``http://127.0.0.1:9001/search``),
-``num_results`` (10), ``timeout`` seconds per attempt (60), ``retries`` (1; connection errors, timeouts, 5xx),
+``num_results`` (default ``$WEB_SEARCH_SERP_NUM``, the original environment.sh's name, else 10), ``timeout`` seconds per attempt (60), ``retries`` (1; connection errors, timeouts, 5xx),
 ``backoff`` (0.5 s, doubled per retry), ``token`` (bearer token; default ``$AFM_SERVER_TOKEN``).
 
 Observation (the original's format)::
@@ -68,7 +68,7 @@ class WebSearchTool(ServerTool):
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         super().__init__(config)
         self.url = str(self.config.get("url") or default_search_url())
-        self.num_results = int(self.config.get("num_results", 10))
+        self.num_results = int(self.config.get("num_results") or os.environ.get("WEB_SEARCH_SERP_NUM") or 10)
         self.client = JsonClient(self.url, timeout=float(self.config.get("timeout", 60)),
                                  retries=int(self.config.get("retries", 1)),
                                  backoff=float(self.config.get("backoff", 0.5)), token=server_token(self.config))
