@@ -120,7 +120,9 @@ export AFM_SANDBOX_PYTHON="${AFM_SANDBOX_PYTHON:-}"
 export AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"
 
 # ---- experiment tracking (sft_scripts with REPORT_TO=swanlab|wandb, experiments/) -----------------------------------
-# SwanLab: the key (or a stored `swanlab login`) is read by swanlab itself; the project is passed as --swanlab_project.
+# SwanLab (pip install -e .[swanlab]): the key (or a stored `swanlab login`) is read by swanlab itself; the SFT
+# scripts pass the project as --swanlab_project and the launchers keep the variable itself from swanlab (>= 0.10
+# reads SWANLAB_PROJECT as a JSON settings object). SWANLAB_MODE=local logs offline without an account.
 if [[ -n "${SWANLAB_API_KEY:-}" ]]; then export SWANLAB_API_KEY; fi
 export SWANLAB_PROJECT="${SWANLAB_PROJECT:-afm}"
 # Weights & Biases: the key (or a stored `wandb login`) and the project are read by wandb itself.

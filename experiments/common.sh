@@ -61,7 +61,9 @@
 #   PROJECT_NAME            afm_rl      tracker project
 #   EXPERIMENT_NAME         task        run name (also the checkpoint folder)
 #   LOGGER                  console,tensorboard   comma-separated: console, wandb, swanlab, tensorboard, mlflow,
-#                                       file (wandb/swanlab read WANDB_API_KEY/SWANLAB_API_KEY from environment.sh)
+#                                       file (wandb/swanlab read WANDB_API_KEY/SWANLAB_API_KEY from environment.sh;
+#                                       swanlab also SWANLAB_MODE (cloud | local: offline, no account) and
+#                                       SWANLAB_LOG_DIR, default $CKPT_DIR/swanlog; pip install -e .[swanlab])
 #   CKPT_DIR                checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME   trainer.default_local_dir
 #   RESUME_MODE             auto        auto (latest checkpoint in CKPT_DIR, else start) | disable | resume_path
 #   RESUME_FROM_PATH        ""          .../global_step_N folder (with RESUME_MODE=resume_path)
@@ -639,6 +641,13 @@ afm_rl_main() {
     env_lines+=("RAY_ADDRESS=$RAY_ADDRESS")
   fi
   [[ -n ${CUDA_VISIBLE_DEVICES+set} ]] && env_lines+=("CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES")
+  if [[ ,${logger// /}, == *,swanlab,* ]]; then
+    # verl's swanlab logger reads these from the environment; its default log dir is relative to the repo root.
+    export SWANLAB_LOG_DIR
+    SWANLAB_LOG_DIR=$(afm_abs "${SWANLAB_LOG_DIR:-$ckpt_dir/swanlog}")
+    env_lines+=("SWANLAB_LOG_DIR=$SWANLAB_LOG_DIR")
+    [[ -n ${SWANLAB_MODE:-} ]] && env_lines+=("SWANLAB_MODE=$SWANLAB_MODE")
+  fi
 
   local summary
   summary=$(
@@ -691,6 +700,9 @@ afm_rl_main() {
       afm_die "NNODES=$nnodes but no Ray cluster is reachable: start it with experiments/ray_cluster.sh head|worker"
   fi
 
+  # swanlab >= 0.10 parses SWANLAB_PROJECT (exported by environment.sh for the SFT scripts) as its own nested
+  # settings and fails on a plain name; verl names the project itself (trainer.project_name).
+  unset SWANLAB_PROJECT
   ulimit -n 65535 2> /dev/null || true
   mkdir -p "$ckpt_dir"
   local log=$ckpt_dir/train.log

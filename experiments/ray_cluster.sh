@@ -41,6 +41,9 @@ fi
 if [[ -f $AFM_ROOT/environment.sh ]]; then
   # shellcheck source=../environment.sh
   source "$AFM_ROOT/environment.sh"
+  # swanlab >= 0.10 parses SWANLAB_PROJECT as its own nested settings (JSON) and fails on a plain name; verl passes
+  # the project as trainer.project_name, so the variable must not reach the workers.
+  unset SWANLAB_PROJECT
 fi
 
 case "$action" in

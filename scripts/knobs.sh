@@ -94,3 +94,36 @@ afm_warn_unknown_knobs() {
         printf "%s is set but is not a knob of this script; did you mean %s?\n", name, best
     }')
 }
+
+# ---- help and paths shared by the data, inference and evaluation scripts ------------------------------------------
+# afm_help_if_asked FILE ARGS...: when an argument is -h or --help, print FILE's leading comment block (its usage
+# and knobs) and exit 0.
+afm_help_if_asked() {
+  local file=$1 arg
+  shift
+  for arg in "$@"; do
+    if [[ $arg == -h || $arg == --help ]]; then
+      sed -n '2,/^[^#]/p' "$file" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+      exit 0
+    fi
+  done
+}
+
+# afm_abs PATH: PATH made absolute against the current directory (empty stays empty).
+afm_abs() {
+  if [[ -z $1 || $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "${PWD%/}/${1#./}"; fi
+}
+
+# afm_python ROOT: PYTHON when set, else the interpreter of the AFM_VENV virtual environment (default .venv, relative
+# to ROOT) when it exists, else python3.
+afm_python() {
+  local venv=${AFM_VENV:-.venv}
+  [[ $venv == /* ]] || venv=$1/$venv
+  if [[ -n ${PYTHON:-} ]]; then
+    printf '%s' "$PYTHON"
+  elif [[ -x $venv/bin/python ]]; then
+    printf '%s' "$venv/bin/python"
+  else
+    printf '%s' python3
+  fi
+}

@@ -43,8 +43,10 @@
 #   DDP_TIMEOUT             180000000     seconds; rank 0 preprocesses while the other ranks wait
 #   REPORT_TO               none          none | swanlab | wandb | tensorboard (comma-separated for several);
 #                                         swanlab reads SWANLAB_API_KEY from the environment and gets
-#                                         --swanlab_project/--swanlab_workspace/--swanlab_run_name/--swanlab_mode only
-#                                         for those of SWANLAB_PROJECT/_WORKSPACE/_RUN_NAME/_MODE that are set;
+#                                         --swanlab_project/--swanlab_workspace/--swanlab_run_name/--swanlab_mode/
+#                                         --swanlab_logdir only for those of SWANLAB_PROJECT/_WORKSPACE/_RUN_NAME/
+#                                         _MODE/_LOG_DIR that are set (SWANLAB_MODE=local: offline, no account;
+#                                         install it with the swanlab extra);
 #                                         wandb reads WANDB_API_KEY and WANDB_PROJECT itself. Keys are never printed.
 #   CUDA_VISIBLE_DEVICES    (kept)        used as given when set; otherwise every GPU of the node
 #   NNODES                  script (1)    nodes in the job; run the script once on every node
@@ -101,7 +103,7 @@ afm_usage() {
 
 # A path knob the user gave: relative values are taken from the directory the script was started in.
 afm_abs_path() {
-  if [[ $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "$PWD/${1#./}"; fi
+  if [[ $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "${PWD%/}/${1#./}"; fi
 }
 
 # The python that runs the launcher: the interpreter beside it (a venv's bin/), else python3.
@@ -304,6 +306,7 @@ afm_launch() {
         [[ -n ${SWANLAB_WORKSPACE:-} ]] && tracking+=(--swanlab_workspace "$SWANLAB_WORKSPACE")
         [[ -n ${SWANLAB_RUN_NAME:-} ]] && tracking+=(--swanlab_run_name "$SWANLAB_RUN_NAME")
         [[ -n ${SWANLAB_MODE:-} ]] && tracking+=(--swanlab_mode "$SWANLAB_MODE")
+        [[ -n ${SWANLAB_LOG_DIR:-} ]] && tracking+=(--swanlab_logdir "$(afm_abs_path "$SWANLAB_LOG_DIR")")
         if [[ -z ${SWANLAB_API_KEY:-} && ${SWANLAB_MODE:-cloud} != local && $dry_run == false ]]; then
           afm_warn "REPORT_TO=swanlab without SWANLAB_API_KEY: swanlab needs a previous 'swanlab login'"
         fi
@@ -454,6 +457,9 @@ afm_launch() {
     PATH="$(cd "$(dirname "${launcher[0]}")" && pwd):$PATH"
     export PATH
   fi
+  # SWANLAB_PROJECT went in as --swanlab_project; swanlab >= 0.10 would also parse the variable as its own nested
+  # settings (JSON) and fail on a plain name.
+  unset SWANLAB_PROJECT
   mkdir -p "$output_dir"
   local log=$output_dir/$log_name
   {

@@ -389,3 +389,56 @@ def test_attention_implementation_is_chosen_and_printed():
         assert "attention: sdpa (no GPU on this machine)" in res.stdout
     res = run_script("web", "--dry-run", ATTN_IMPL="flash")
     assert res.returncode == 2 and "ATTN_IMPL must be" in res.stderr
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for the RL python: answers the launcher's import check, records the environment of the real launch.
+if [[ $1 == -c ]]; then exit 0; fi
+env > "$FAKE_ENV_OUT"
+"""
+
+
+def test_swanlab_logging_offline(tmp_path):
+    """LOGGER=...,swanlab: the composed trainer.logger drives verl's own Tracking (what the trainer builds) into
+    SwanLab's local mode with the launcher's environment: no account, no network. A real launch hands the trainer
+    no SWANLAB_PROJECT (swanlab >= 0.10 would fail to parse it)."""
+    pytest.importorskip("swanlab")
+    ck = tmp_path / "ck"
+    env = dict(LOGGER="console,swanlab", SWANLAB_MODE="local", CKPT_DIR=str(ck), SWANLAB_PROJECT="afm")
+    res = run_script("mhqa", "--dry-run", **env)
+    assert res.returncode == 0, res.stderr
+    block = res.stdout.split("[afm] environment:\n", 1)[1].split("[afm] command:", 1)[0]
+    printed = dict(line.strip().split("=", 1) for line in block.splitlines() if line.strip())
+    assert printed == {"SWANLAB_LOG_DIR": str(ck / "swanlog"), "SWANLAB_MODE": "local"}
+    cfg = compose_cfg(dry_run_overrides("mhqa", **env))
+    assert list(cfg.trainer.logger) == ["console", "swanlab"]
+
+    code = (
+        "import sys\n"
+        "from verl.utils.tracking import Tracking\n"
+        "t = Tracking(project_name=sys.argv[1], experiment_name=sys.argv[2], default_backend=sys.argv[3].split(','),"
+        " config={'algorithm': 'dapo'})\n"
+        "t.log({'critic/score/mean': 0.25}, step=1)\n"
+        "t.finish()\n"
+    )
+    run_env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SWANLAB_")}
+    run_env.update(printed, HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code, cfg.trainer.project_name, cfg.trainer.experiment_name,
+                           ",".join(cfg.trainer.logger)], env=run_env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = list((ck / "swanlog").glob("run-*/run-*.swanlab"))
+    assert len(runs) == 1 and b"critic/score/mean" in runs[0].read_bytes()
+
+    # the real launch (a stand-in python records its environment)
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    data = tmp_path / "train.parquet"
+    data.write_bytes(b"")
+    real = run_script("mhqa", **env, PYTHON=str(fake), FAKE_ENV_OUT=str(tmp_path / "env.txt"), TRAIN_FILES=str(data),
+                      VAL_FILES="", MODEL_PATH=str(tmp_path))
+    assert real.returncode == 0, real.stderr
+    launched = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
+    assert "SWANLAB_PROJECT" not in launched
+    assert launched["SWANLAB_LOG_DIR"] == str(ck / "swanlog") and launched["SWANLAB_MODE"] == "local"
