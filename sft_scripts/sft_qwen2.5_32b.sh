@@ -6,10 +6,15 @@
 #   bash sft_scripts/code_agent/sft_qwen2.5_32b.sh
 # This file only says so (and exits 2), so that an old command line cannot train with another task's defaults.
 set -euo pipefail
-status=2
-for arg in "$@"; do [[ $arg == -h || $arg == --help ]] && status=0; done
-{
+message() {
   echo "sft_scripts/sft_qwen2.5_32b.sh has moved: the SFT scripts are one per agent, with that agent's defaults. Use:"
   sed -n 's/^#   bash /  bash /p' "${BASH_SOURCE[0]}"
-} >&2
-exit "$status"
+}
+for arg in "$@"; do
+  if [[ $arg == -h || $arg == --help ]]; then
+    message
+    exit 0
+  fi
+done
+message >&2
+exit 2
