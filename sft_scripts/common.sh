@@ -20,6 +20,7 @@
 #   LR_SCHEDULER            linear        transformers lr_scheduler_type (linear, cosine, constant_with_warmup, ...)
 #   WARMUP_RATIO            script (0)    warmup as a fraction of the optimizer steps (--warmup_ratio)
 #   WARMUP_STEPS            0             warmup optimizer steps; > 0 wins over WARMUP_RATIO (transformers' rule)
+#   FINETUNING_TYPE         full          full | freeze | lora (LLaMA-Factory --finetuning_type)
 #   PRECISION               bf16          bf16 | fp16 | fp32 (fp32 passes neither --bf16 nor --fp16)
 #   CUTOFF_LEN              script (32768) max tokens per sample (prompt + response); longer ones are truncated and a
 #                                         sample cut inside an observation is dropped (see the mask report)
@@ -64,7 +65,9 @@
 #
 # The original project's names are accepted as aliases (a note says so): DATA_DATA (DATASET), TEMPALTE (TEMPLATE),
 # LEARNING_RATES (LEARNING_RATE), WARMUP_RATIOS (WARMUP_RATIO), GRADIENT_ACCUMULATIONS (GRADIENT_ACCUMULATION),
-# BATCH_SIZES (BATCH_SIZE). An exported variable spelt like a knob but not one (LEARNNG_RATE) gets a warning.
+# BATCH_SIZES (BATCH_SIZE), OUTPUT_DIR_BASE (OUTPUT_DIR, without the grid-search subfolder), ignore_observation,
+# ignore_observation_token, finetuning_type (their upper-case knobs); STAGE is the script's own (sft, or dpo in
+# dpo_qwen2.5_32b.sh) and a different value is refused. An exported variable spelt like a knob but not one (LEARNNG_RATE) gets a warning.
 #
 # The command is printed before it runs, OUTPUT_DIR is created and everything is appended to
 # $OUTPUT_DIR/training.log ($OUTPUT_DIR/training.node<R>.log on node R > 0).
@@ -79,13 +82,15 @@ source "$AFM_ROOT/scripts/knobs.sh"
 
 # Every knob name (for the misspelling check) and the original project's names: afm name=original name.
 AFM_SFT_KNOBS=(MODEL_PATH OUTPUT_DIR DATASET DATASET_DIR TEMPLATE LEARNING_RATE BATCH_SIZE GRADIENT_ACCUMULATION EPOCHS
-  LR_SCHEDULER WARMUP_RATIO WARMUP_STEPS PRECISION CUTOFF_LEN PACKING IGNORE_OBSERVATION IGNORE_OBSERVATION_TOKEN
-  IGNORE_OBSERVATION_CHECK PREF_BETA PREF_LOSS DEEPSPEED_CONFIG ATTN_IMPL SAVE_STRATEGY SAVE_ONLY_MODEL LOGGING_STEPS
+  LR_SCHEDULER WARMUP_RATIO WARMUP_STEPS FINETUNING_TYPE STAGE PRECISION CUTOFF_LEN PACKING IGNORE_OBSERVATION
+  IGNORE_OBSERVATION_TOKEN IGNORE_OBSERVATION_CHECK PREF_BETA PREF_LOSS DEEPSPEED_CONFIG ATTN_IMPL SAVE_STRATEGY SAVE_ONLY_MODEL LOGGING_STEPS
   PREPROCESSING_NUM_WORKERS DDP_TIMEOUT REPORT_TO CUDA_VISIBLE_DEVICES NNODES NODE_RANK RANK MASTER_ADDR MASTER_PORT
   NPROC_PER_NODE EXTRA_ARGS AFM_SFT AFM_VENV DRY_RUN MASK_REPORT SWANLAB_PROJECT SWANLAB_WORKSPACE SWANLAB_RUN_NAME
   SWANLAB_MODE SWANLAB_API_KEY SWANLAB_LOG_DIR)
 AFM_SFT_ALIASES=(DATASET=DATA_DATA TEMPLATE=TEMPALTE LEARNING_RATE=LEARNING_RATES WARMUP_RATIO=WARMUP_RATIOS
-  GRADIENT_ACCUMULATION=GRADIENT_ACCUMULATIONS BATCH_SIZE=BATCH_SIZES OUTPUT_DIR=OUTPUT_DIR_BASE)
+  GRADIENT_ACCUMULATION=GRADIENT_ACCUMULATIONS BATCH_SIZE=BATCH_SIZES OUTPUT_DIR=OUTPUT_DIR_BASE
+  IGNORE_OBSERVATION=ignore_observation IGNORE_OBSERVATION_TOKEN=ignore_observation_token
+  FINETUNING_TYPE=finetuning_type)
 # Per-script defaults beyond model/output/dataset, as NAME=value words; a script sets it before afm_launch.
 AFM_SCRIPT_DEFAULTS=()
 
@@ -185,6 +190,7 @@ afm_launch() {
   local warmup_ratio=${WARMUP_RATIO:-0}
   local attn_impl=${ATTN_IMPL:-auto}
   local precision=${PRECISION:-bf16}
+  local finetuning_type=${FINETUNING_TYPE:-full}
   local cutoff_len=${CUTOFF_LEN:-32768}
   local packing ignore_obs save_only_model
   packing=$(afm_bool PACKING "${PACKING:-false}")
@@ -211,6 +217,14 @@ afm_launch() {
 
   # ---- checks (before anything starts) ------------------------------------------------------------------------
   [[ $stage == sft || $stage == dpo ]] || afm_die "stage must be sft or dpo (got '$stage')"
+  if [[ -n ${STAGE:-} && ${STAGE,,} != "$stage" ]]; then
+    afm_die "STAGE=$STAGE, but $script trains stage $stage (DPO: sft_scripts/dpo_qwen2.5_32b.sh; SFT: the" \
+      "sft_scripts/<agent>/ scripts)"
+  fi
+  case "$finetuning_type" in
+    full | freeze | lora) ;;
+    *) afm_die "FINETUNING_TYPE must be full, freeze or lora (got '$finetuning_type')" ;;
+  esac
   case "$precision" in
     bf16 | fp16 | fp32) ;;
     *) afm_die "PRECISION must be bf16, fp16 or fp32 (got '$precision')" ;;
@@ -357,7 +371,7 @@ afm_launch() {
     --trust_remote_code true
     --stage "$stage"
     --do_train true
-    --finetuning_type full
+    --finetuning_type "$finetuning_type"
     --dataset "$dataset"
     --dataset_dir "$dataset_dir"
     --template "$template"

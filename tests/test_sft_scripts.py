@@ -39,7 +39,7 @@ DEFAULTS = {
     "mhqa_agent/sft_qwen2.5_7b.sh": ("sft", "Qwen/Qwen2.5-7B", "mhqa_agent_sft", "saves/AFM-MHQA-Agent-7B-sft",
                                      "2e-5", ("warmup_ratio", "0.03"), "4", "4.0", "5120", "1"),
     "dpo_qwen2.5_32b.sh": ("dpo", "Qwen/Qwen2.5-32B-Instruct", "dpo_demo", "saves/qwen2.5_32b_dpo",
-                           "1e-6", ("warmup_steps", "0"), "8", "4.0", "32768", "1"),
+                           "1e-6", ("warmup_steps", "0"), "1", "4.0", "30000", "2"),
 }
 
 
@@ -471,7 +471,7 @@ def _tiny_env(tiny_model: Path, demo_data: Path, out: Path, dataset: str) -> dic
         "AFM_SFT": f"{sys.executable} -m afm.sft.cli", "MODEL_PATH": str(tiny_model), "DATASET_DIR": str(demo_data),
         "DATASET": dataset, "OUTPUT_DIR": str(out), "PRECISION": "fp32", "DEEPSPEED_CONFIG": "",
         "CUTOFF_LEN": "1024", "PREPROCESSING_NUM_WORKERS": "1", "GRADIENT_ACCUMULATION": "1", "EPOCHS": "1",
-        "CUDA_VISIBLE_DEVICES": "", "MASTER_PORT": str(_free_port()), "EXTRA_ARGS": "--max_steps 2",
+        "CUDA_VISIBLE_DEVICES": "", "MASTER_PORT": str(_free_port()), "EXTRA_ARGS": "--max_steps 2", "NNODES": "1",
         "SAVE_STRATEGY": "no",
     }
 
