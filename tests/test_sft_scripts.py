@@ -602,3 +602,81 @@ def test_sft_outputs_are_where_the_rl_scripts_start():
     rl = (REPO / "experiments/common.sh").read_text()
     for script in ("web_agent/sft_qwen2.5_32b.sh", "code_agent/sft_qwen2.5_32b.sh", "mhqa_agent/sft_qwen2.5_7b.sh"):
         assert f"MODEL_PATH:={DEFAULTS[script][3]}" in rl, script
+
+
+# ---- docs/original_mapping.md: the tables are what the scripts do ----------------------------------------------
+
+import re  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests"))
+from mapping_table import backticked, read_table, reason_given, same, value  # noqa: E402
+
+COLUMN_SCRIPTS = {"web 7b": "web_agent/sft_qwen2.5_7b.sh", "web 32b": "web_agent/sft_qwen2.5_32b.sh",
+                  "code 7b": "code_agent/sft_qwen2.5_7b.sh", "code 32b": "code_agent/sft_qwen2.5_32b.sh",
+                  "mhqa 3b": "mhqa_agent/sft_qwen2.5_3b.sh", "mhqa 7b": "mhqa_agent/sft_qwen2.5_7b.sh",
+                  "dpo 32b": "dpo_qwen2.5_32b.sh"}
+
+
+def _reaches(cell: str) -> tuple[str, str]:
+    """('flag', name) or ('env', NAME) from a 'reaches' cell."""
+    m = re.search(r"env `?([A-Z_]+)", cell)
+    if m:
+        return "env", m.group(1)
+    m = re.search(r"--([a-z0-9_]+)", cell)
+    assert m, cell
+    return "flag", m.group(1)
+
+
+def test_sft_defaults_match_the_mapping_table():
+    rows = read_table("sft-defaults")
+    assert set(rows[0]) - {"knob (reaches)"} == set(COLUMN_SCRIPTS)
+    seen = set()
+    for column, script in COLUMN_SCRIPTS.items():
+        f, env, _ = dry(script, CUDA_VISIBLE_DEVICES="0", MASTER_ADDR="10.0.0.1")
+        for row in rows:
+            cell = row[column]
+            knob = backticked(row["knob (reaches)"])[0]
+            kind, name = _reaches(row["knob (reaches)"])
+            assert reason_given(cell), (script, knob, cell)
+            expected = value(cell)
+            if expected is None:
+                continue
+            seen.add(knob)
+            if knob == "WARMUP_RATIO" and float(expected) == 0:
+                assert "warmup_ratio" not in f and f["warmup_steps"] == "0", script
+                continue
+            actual = env.get(name) if kind == "env" else f.get(name)
+            assert actual is not None and same(actual, expected), (script, knob, actual, expected)
+    assert {"MODEL_PATH", "OUTPUT_DIR", "DATASET", "LEARNING_RATE", "WARMUP_RATIO", "GRADIENT_ACCUMULATION",
+            "EPOCHS", "CUTOFF_LEN", "NNODES"} <= seen
+
+
+def test_every_original_sft_variable_is_honoured():
+    rows = read_table("sft-variables")
+    checked = 0
+    for row in rows:
+        example = value(row["example"])
+        if example is None:
+            continue
+        kind, name = _reaches(row["reaches"])
+        expected = example.strip('()"')
+        for original in backticked(row["original variable"]):
+            base = {"CUDA_VISIBLE_DEVICES": "0", "MASTER_ADDR": "10.0.0.1", "REPORT_TO": "swanlab",
+                    "SWANLAB_MODE": "local"}
+            if original in ("NODE_RANK", "RANK"):
+                base["NNODES"] = "2"
+            proc = run_script("web_agent/sft_qwen2.5_7b.sh", {**base, original: example})
+            assert proc.returncode == 0, (original, proc.stderr)
+            f, env = flags(command_args(proc.stdout)), printed_env(proc.stdout)
+            if original == "PRECISION":
+                assert f.get(expected) == "true", original
+            else:
+                actual = env.get(name) if kind == "env" else f.get(name)
+                assert actual == expected, (original, actual, expected)
+            if "alias" in row["how"]:
+                assert f"{original} -> " in proc.stderr, original
+            checked += 1
+    assert checked >= 20
+    # STAGE: fixed by the script; a contradicting value is refused
+    assert "trains stage sft" in run_script("web_agent/sft_qwen2.5_7b.sh", {"STAGE": "dpo"}).stderr
+    assert run_script("dpo_qwen2.5_32b.sh", {"STAGE": "dpo"}).returncode == 0

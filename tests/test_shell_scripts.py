@@ -156,3 +156,21 @@ def test_tokenizer_rule(tmp_path):
     # BACKEND=hf: the model folder is its own tokenizer
     proc = _run("inference/inference.sh", cwd=tmp_path, **{**env, "MODEL": "model"}, BACKEND="hf")
     assert _printed_flags(proc.stdout)["tokenizer"] == f"{tmp_path}/model"
+
+
+def test_eval_and_inference_defaults_match_the_mapping_table(tmp_path):
+    import re
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from mapping_table import backticked, read_table, reason_given, same, value
+
+    rows = read_table("eval-defaults")
+    knobs = {"MODEL": "m", "TOKENIZER": "t", "MODEL_PATH": "m", "INPUT": "q.jsonl", "DRY_RUN": "1"}
+    for row in rows:
+        script = backticked(row["script"])[0]
+        flag = re.search(r"--([a-z0-9-]+)", row["knob (reaches)"]).group(1)
+        assert reason_given(row["afm"]), row
+        proc = _run(script, cwd=tmp_path, **knobs)
+        assert proc.returncode == 0, proc.stderr
+        assert same(_printed_flags(proc.stdout.replace("[serve] ", ""))[flag], value(row["afm"])), row

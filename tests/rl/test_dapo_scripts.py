@@ -471,3 +471,45 @@ def test_the_fsdp_training_path_needs_no_apex():
     verl_dir = Path(verl.__file__).parent
     assert not [p for p in verl_dir.rglob("*.py") if "import apex" in p.read_text(errors="ignore")
                 or "from apex" in p.read_text(errors="ignore")]
+
+
+# ---- docs/original_mapping.md: the RL tables are what the scripts compose ----------------------------------------
+
+sys.path.insert(0, str(ROOT / "tests"))
+from mapping_table import backticked, read_table, reason_given, same, value  # noqa: E402
+
+RL_COLUMNS = {"web": ("web", {}), "code": ("code", {}), "mhqa (ppo)": ("ppo_mhqa", {}), "mhqa (dapo)": ("mhqa", {})}
+
+
+def test_rl_defaults_match_the_mapping_table():
+    rows = read_table("rl-defaults")
+    assert set(rows[0]) - {"Hydra key (afm)", "original key"} == set(RL_COLUMNS)
+    for column, (task, env) in RL_COLUMNS.items():
+        cfg = composed(task, **env)
+        for row in rows:
+            key = backticked(row["Hydra key (afm)"])[0]
+            cell = row[column]
+            assert reason_given(cell), (column, key, cell)
+            expected = value(cell)
+            if expected is None:
+                continue
+            actual = OmegaConf.select(cfg, key)
+            assert actual is not None and same(actual, expected), (column, key, actual, expected)
+    assert len(rows) >= 40
+
+
+def test_every_original_rl_variable_is_honoured():
+    checked = 0
+    for row in read_table("rl-variables"):
+        example, reaches = value(row["example"]), backticked(row["reaches"])
+        if example is None or not reaches:
+            continue
+        original = backticked(row["original variable"])[0]
+        res = run_script("mhqa", "--dry-run", **{original: example})
+        assert res.returncode == 0, (original, res.stderr)
+        if "alias" in row["how"]:
+            assert f"{original} -> " in res.stderr, original
+        cfg = compose_cfg(dry_run_overrides("mhqa", **{original: example}))
+        assert same(OmegaConf.select(cfg, reaches[0]), example), (original, reaches[0])
+        checked += 1
+    assert checked >= 20
