@@ -609,7 +609,8 @@ def test_sft_outputs_are_where_the_rl_scripts_start():
 import re  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests"))
-from mapping_table import backticked, read_table, reason_given, same, value  # noqa: E402
+from mapping_table import backticked, read_table, reason_given, same  # noqa: E402
+from mapping_table import value as cell_value  # noqa: E402
 
 COLUMN_SCRIPTS = {"web 7b": "web_agent/sft_qwen2.5_7b.sh", "web 32b": "web_agent/sft_qwen2.5_32b.sh",
                   "code 7b": "code_agent/sft_qwen2.5_7b.sh", "code 32b": "code_agent/sft_qwen2.5_32b.sh",
@@ -638,7 +639,7 @@ def test_sft_defaults_match_the_mapping_table():
             knob = backticked(row["knob (reaches)"])[0]
             kind, name = _reaches(row["knob (reaches)"])
             assert reason_given(cell), (script, knob, cell)
-            expected = value(cell)
+            expected = cell_value(cell)
             if expected is None:
                 continue
             seen.add(knob)
@@ -655,7 +656,7 @@ def test_every_original_sft_variable_is_honoured():
     rows = read_table("sft-variables")
     checked = 0
     for row in rows:
-        example = value(row["example"])
+        example = cell_value(row["example"])
         if example is None:
             continue
         kind, name = _reaches(row["reaches"])
@@ -680,3 +681,17 @@ def test_every_original_sft_variable_is_honoured():
     # STAGE: fixed by the script; a contradicting value is refused
     assert "trains stage sft" in run_script("web_agent/sft_qwen2.5_7b.sh", {"STAGE": "dpo"}).stderr
     assert run_script("dpo_qwen2.5_32b.sh", {"STAGE": "dpo"}).returncode == 0
+
+
+def test_relative_paths_are_taken_from_the_current_directory(tmp_path):
+    (tmp_path / "model").mkdir()
+    shutil.copytree(REPO / "data", tmp_path / "mydata", ignore=shutil.ignore_patterns("*.parquet", "rl", "raw"))
+    proc = run_script("web_agent/sft_qwen2.5_7b.sh", {"OUTPUT_DIR": "out", "MODEL_PATH": "model",
+                                                      "DATASET_DIR": "mydata"}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    f = flags(command_args(proc.stdout))
+    assert f["output_dir"] == str(tmp_path / "out") and f["model_name_or_path"] == str(tmp_path / "model")
+    assert f["dataset_dir"] == str(tmp_path / "mydata")
+    # a relative MODEL_PATH that is no folder here is a hub id
+    assert flags(command_args(run_script("web_agent/sft_qwen2.5_7b.sh", {"MODEL_PATH": "Qwen/Qwen2.5-7B"},
+                                         cwd=tmp_path).stdout))["model_name_or_path"] == "Qwen/Qwen2.5-7B"
