@@ -124,7 +124,8 @@ afm_usage() {
   local script=$1 task=$2
   echo "usage: [VAR=value ...] bash $script [--dry-run] [hydra.key=value ...]"
   echo
-  echo "defaults of this script (task '$task'):"
+  echo "defaults of this script (task '$task', ALGORITHM=${ALGORITHM:-dapo}):"
+  afm_rl_algorithm_defaults "$task"
   afm_rl_task_defaults "$task"
   local v
   for v in "${AFM_TASK_VARS[@]}"; do

@@ -160,6 +160,9 @@ def test_help_lists_every_knob():
                  "IGNORE_OBSERVATION", "IGNORE_OBSERVATION_TOKEN", "PACKING", "PREF_BETA", "PREF_LOSS", "EXTRA_ARGS",
                  "DRY_RUN", "MASK_REPORT", "AFM_SFT"):
         assert f"\n  {knob} " in proc.stdout, knob
+    defaults = proc.stdout.split("defaults of this script:\n", 1)[1].split("\n\n", 1)[0]
+    assert "LEARNING_RATE            1.4e-5" in defaults and "WARMUP_RATIO             0.1" in defaults
+    assert "MODEL_PATH               Qwen/Qwen2.5-7B-Instruct" in defaults
 
 
 # ---- overrides -------------------------------------------------------------------------------------------------

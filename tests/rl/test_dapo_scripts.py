@@ -331,6 +331,8 @@ def test_mhqa_ppo_recipe_composes_and_validates(tiny_model):
     assert dry_run_overrides("mhqa", ALGORITHM="ppo") == dry_run_overrides("ppo_mhqa")
     res = run_script("mhqa", "--dry-run", ALGORITHM="grpo")
     assert res.returncode == 2 and "ALGORITHM must be dapo or ppo" in res.stderr
+    helped = run_script("ppo_mhqa", "--help").stdout
+    assert "ALGORITHM=ppo" in helped and "\n  ROLLOUT_N                1\n" in helped and "KL_COEF" in helped
 
 
 def test_each_task_starts_from_its_own_sft_output():
