@@ -26,6 +26,10 @@ die() {
 }
 
 action=${1:-}
+if [[ $action == -h || $action == --help ]]; then
+  sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed -e '/^[^#]/d' -e 's/^# \{0,1\}//'
+  exit 0
+fi
 port=${RAY_PORT:-6379}
 gpus=${GPUS_PER_NODE:-8}
 dashboard_port=${DASHBOARD_PORT:-8265}
