@@ -40,6 +40,9 @@ afm_alias() {
   value=${value%)}
   value=${value//\"/}
   value=${value//\'/}
+  # The original's grid-search scripts took lists; one afm launch is one configuration.
+  [[ $value =~ [^[:space:]][[:space:]]+[^[:space:]] ]] &&
+    afm_die "$old holds several values ($value): one launch trains one configuration; set $new to one of them"
   if [[ -n ${!new+set} ]]; then
     [[ ${!new} == "$value" ]] || afm_warn "$old (the original's name) is ignored: $new=${!new} is also set"
     return 0

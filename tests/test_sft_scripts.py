@@ -539,6 +539,11 @@ def test_original_variable_names_are_honoured(name):
     assert f"{name} -> " in proc.stderr
 
 
+def test_an_original_grid_of_several_values_is_refused():
+    proc = run_script("web_agent/sft_qwen2.5_7b.sh", {"LEARNING_RATES": '("1e-5" "2e-5")'})
+    assert proc.returncode == 2 and "LEARNING_RATES holds several values" in proc.stderr
+
+
 def test_afm_name_wins_over_the_original_name():
     proc = run_script("web_agent/sft_qwen2.5_7b.sh", {"LEARNING_RATE": "3e-6", "LEARNING_RATES": "9e-6"})
     assert flags(command_args(proc.stdout))["learning_rate"] == "3e-6"
