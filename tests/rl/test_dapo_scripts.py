@@ -41,7 +41,9 @@ KNOBS = ("MODEL_PATH", "AFM_MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "NNODES", "
          "RESUME_FROM_PATH", "SAVE_FREQ", "TEST_FREQ", "STAGE", "REWARD_MANAGER", "REWARD_FN", "DRY_RUN",
          "EXTRA_ARGS", "RAY_ADDRESS", "MAX_RESPONSE_LENGTH", "MAX_PROMPT_LENGTH", "TRAIN_BATCH_SIZE",
          "MINI_BATCH_SIZE", "PYTHON", "OVERLONG_BUFFER_LEN", "VAL_DATA_DIR", "ALGORITHM", "ATTN_IMPL", "LR",
-         "GEN_BS", *ORIGINAL_RL_NAMES)
+         "GEN_BS", "KL_COEF", "CRITIC_LR", "CRITIC_WARMUP_RATIO", "CRITIC_MAX_TOKEN_LEN", "SWANLAB_LOG_DIR",
+         "SWANLAB_MODE", "SWANLAB_PROJECT", "max_prompt_length", "max_response_length", "use_dynamic_bsz",
+         "CLIP_RATIO_LOW", "CLIP_RATIO_HIGH", "SP_SIZE", *ORIGINAL_RL_NAMES)
 
 
 def run_script(task: str, *args: str, **env: str) -> subprocess.CompletedProcess:
