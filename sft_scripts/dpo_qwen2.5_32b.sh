@@ -19,7 +19,7 @@
 # is listed in sft_scripts/common.sh and printed by: bash sft_scripts/dpo_qwen2.5_32b.sh --help
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-# The original's DPO script (first commit only, sft_scripts/dpo_qwen2.5_32b.sh): lr 1e-6, grad accum 1, 4 epochs,
-# cutoff 30000, 2 nodes.
+# The original's DPO recipe (first commit only; STAGE=dpo with ZeRO-3 sat in its sft_qwen2.5_32b.sh, the two file
+# names being swapped): lr 1e-6, grad accum 1, 4 epochs, cutoff 30000, 2 nodes.
 AFM_SCRIPT_DEFAULTS=(LEARNING_RATE=1e-6 GRADIENT_ACCUMULATION=1 EPOCHS=4.0 CUTOFF_LEN=30000 NNODES=2)
 afm_launch dpo "sft_scripts/dpo_qwen2.5_32b.sh" "Qwen/Qwen2.5-32B-Instruct" "saves/qwen2.5_32b_dpo" "dpo_demo" "$@"
