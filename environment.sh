@@ -9,7 +9,7 @@
 # Nothing in this file prints a value.
 #
 # Training knobs of the SFT/DPO scripts (MODEL_PATH, LEARNING_RATE, NNODES, ...) are per run, not global: they are
-# listed in sft_scripts/common.sh and printed by `bash sft_scripts/sft_qwen2.5_7b.sh --help`.
+# listed in sft_scripts/common.sh and printed by `bash sft_scripts/web_agent/sft_qwen2.5_7b.sh --help`.
 
 if ! (return 0 2> /dev/null); then
   echo "environment.sh sets variables in the calling shell: run 'source environment.sh', not 'bash environment.sh'" >&2
@@ -26,8 +26,11 @@ export AFM_VENV="${AFM_VENV:-.venv}"
 # Command the SFT/DPO scripts run; empty = afm-sft on PATH, else $AFM_VENV/bin/afm-sft.
 export AFM_SFT="${AFM_SFT:-}"
 
-# ---- models (inference/, evaluation/, experiments/) -----------------------------------------------------------------
-# HF hub id or local folder of the agent model to run or to start RL from; empty = each script's own default.
+# ---- models (inference/, evaluation/) --------------------------------------------------------------------------------
+# HF hub id or local folder of the agent model that inference/ and evaluation/ run: evaluation/serve_model.sh serves
+# it (its MODEL_PATH default), and inference/inference.sh, evaluation/eval_*.sh and data/select_rl.sh count tokens
+# with its tokenizer when TOKENIZER is unset and serve_model.sh recorded no path for the served MODEL. The RL scripts
+# do not read it: each starts from its own SFT output (saves/AFM-<Agent>-<size>-sft; MODEL_PATH overrides).
 # Published checkpoints: PersonalAILab/AFM-WebAgent-32B-rl, PersonalAILab/AFM-CodeAgent-32B-rl,
 # PersonalAILab/AFM-MHQA-Agent-7B-rl.
 export AFM_MODEL_PATH="${AFM_MODEL_PATH:-}"
@@ -134,7 +137,9 @@ export AFM_SANDBOX_PYTHON="${AFM_SANDBOX_PYTHON:-}"
 export AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"
 
 # ---- experiment tracking (sft_scripts with REPORT_TO=swanlab|wandb, experiments/) -----------------------------------
-# SwanLab: the key (or a stored `swanlab login`) is read by swanlab itself; the project is passed as --swanlab_project.
+# SwanLab (pip install -e .[swanlab]): the key (or a stored `swanlab login`) is read by swanlab itself; the SFT
+# scripts pass the project as --swanlab_project and the launchers keep the variable itself from swanlab (>= 0.10
+# reads SWANLAB_PROJECT as a JSON settings object). SWANLAB_MODE=local logs offline without an account.
 if [[ -n "${SWANLAB_API_KEY:-}" ]]; then export SWANLAB_API_KEY; fi
 export SWANLAB_PROJECT="${SWANLAB_PROJECT:-afm}"
 # Weights & Biases: the key (or a stored `wandb login`) and the project are read by wandb itself.

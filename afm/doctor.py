@@ -29,6 +29,7 @@ class Check:
     name: str
     ok: bool
     detail: str
+    note: bool = False  # a warning worth reading that does not fail the check (printed as "!!")
 
 
 def _imports(module: str) -> tuple[bool, str]:
@@ -79,6 +80,43 @@ def fix_cpu_torch() -> list[str]:
     return actions
 
 
+def _gpu_count() -> int:
+    """GPUs nvidia-smi lists (0 without a driver); torch is not imported here."""
+    try:
+        proc = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in proc.stdout.splitlines() if line.startswith("GPU ")) if proc.returncode == 0 else 0
+
+
+def training_package_checks(gpus: int | None = None) -> list[Check]:
+    """DeepSpeed, flash-attn, SwanLab and apex as the training scripts will see them (issue: the scripts default to
+    ZeRO-3 and FlashAttention-2 where available, and the original always logged to SwanLab)."""
+    gpus = _gpu_count() if gpus is None else gpus
+    checks: list[Check] = []
+    if _version("llamafactory") is not None:
+        ds = _version("deepspeed")
+        checks.append(Check("deepspeed", True, ds) if ds else Check(
+            "deepspeed", True, "not installed, but the SFT scripts default to DeepSpeed ZeRO-3 (DEEPSPEED_CONFIG): "
+            "pip install -e '.[deepspeed]' on GPU nodes, or set DEEPSPEED_CONFIG= to train without it", note=True))
+    fa = _version("flash-attn") or _version("flash_attn")
+    if fa and gpus:
+        checks.append(Check("flash-attn", True, f"{fa}: the SFT and RL scripts use FlashAttention-2"))
+    elif fa:
+        checks.append(Check("flash-attn", True, f"{fa}, but no GPU: the scripts use sdpa"))
+    elif gpus:
+        checks.append(Check("flash-attn", True, f"not installed: the scripts use sdpa on the {gpus} GPU(s) "
+                            "(pip install flash-attn, built for your CUDA, for FlashAttention-2)", note=True))
+    else:
+        checks.append(Check("flash-attn", True, "not installed (no GPU: the scripts use sdpa)"))
+    sw = _version("swanlab")
+    checks.append(Check("swanlab", True, sw if sw else
+                        "not installed (extra: swanlab; needed for REPORT_TO=swanlab / LOGGER=...,swanlab)"))
+    if _version("verl") is not None:
+        checks.append(Check("apex", True, f"{_version('apex') or 'not installed'}: not needed by verl 0.9.1 with FSDP"))
+    return checks
+
+
 def run_checks() -> list[Check]:
     """Collect the facts a user needs before a training run."""
     checks: list[Check] = [Check("python", sys.version_info >= (3, 11), sys.version.split()[0])]
@@ -108,6 +146,7 @@ def run_checks() -> list[Check]:
         # afm.rl is written against verl 0.9's agent-loop and reward-loop APIs.
         ok = verl.split(".")[:2] == ["0", "9"]
         checks.append(Check("verl", ok, verl if ok else f"{verl}: afm.rl needs verl 0.9.x (pip install 'afm[rl]')"))
+    checks.extend(training_package_checks())
     return checks
 
 
@@ -122,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = run_checks()
     width = max(len(c.name) for c in checks)
     for c in checks:
-        print(f"  {'ok ' if c.ok else 'BAD'}  {c.name:<{width}}  {c.detail}")
+        print(f"  {'BAD' if not c.ok else '!! ' if c.note else 'ok '}  {c.name:<{width}}  {c.detail}")
     return 0 if all(c.ok for c in checks) else 1
 
 

@@ -28,13 +28,19 @@
 # Filter and conversion:
 #   SKIP_FILTER (0)  FILTER_ARGS (extra flags for afm data filter)  DATASET_NAME (afm_distill_sft)
 #   SFT_FORMAT (alpaca | sharegpt | both; default alpaca)  PROMPT_STYLE (user | system; default user)
-#   DRY_RUN=1 prints the commands only.
+#   DRY_RUN=1 (or true/yes/on) prints the commands only; --help prints this text.
+# Relative paths you give (INPUT, OUT_DIR, TEACHER_CONFIG, TOOLS_CONFIG) are taken from the current directory;
+# the defaults are under the repo.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=../scripts/knobs.sh
+source "$ROOT/scripts/knobs.sh"
+afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
+DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
 
 INPUT="${INPUT:?set INPUT to a .json/.jsonl/.parquet question file}"
-OUT_DIR="${OUT_DIR:-runs/distill/$(basename "${INPUT%.*}")}"
-TEACHER_CONFIG="${TEACHER_CONFIG:-configs/data/teacher.yaml}"
+OUT_DIR=$(afm_abs "${OUT_DIR:-$ROOT/runs/distill/$(basename "${INPUT%.*}")}")
+TEACHER_CONFIG=$(afm_abs "${TEACHER_CONFIG:-$ROOT/configs/data/teacher.yaml}")
 TEACHER_SET="${TEACHER_SET:-}"
 RUNS_PER_QUESTION="${RUNS_PER_QUESTION:-1}"
 CONCURRENCY="${CONCURRENCY:-8}"
@@ -53,15 +59,15 @@ FILTER_ARGS="${FILTER_ARGS:-}"
 DATASET_NAME="${DATASET_NAME:-afm_distill_sft}"
 SFT_FORMAT="${SFT_FORMAT:-alpaca}"
 PROMPT_STYLE="${PROMPT_STYLE:-user}"
-PYTHON="${PYTHON:-$( [[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3 )}"
+PYTHON=$(afm_python "$ROOT")
 export TEACHER_BASE_URL="${TEACHER_BASE_URL:-}" TEACHER_MODEL="${TEACHER_MODEL:-}"
 
 run() {
   echo "[distill] $*"
-  if [[ "${DRY_RUN:-0}" != "1" ]]; then "$@"; fi
+  if [[ $DRY_RUN != true ]]; then "$@"; fi
 }
 
-mkdir -p "$OUT_DIR"
+[[ $DRY_RUN == true ]] || mkdir -p "$OUT_DIR"
 RUNS="$OUT_DIR/runs.jsonl"
 KEPT="$OUT_DIR/kept.jsonl"
 

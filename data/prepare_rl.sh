@@ -6,11 +6,12 @@
 #   bash data/prepare_rl.sh web      # web questions, judged by the LLM     -> data/rl/web_{train,val}.parquet
 #   bash data/prepare_rl.sh code     # code problems with tests (+ math)    -> data/rl/code_{train,val}.parquet
 #   bash data/prepare_rl.sh demo     # tiny built-in examples of all three, offline -> $OUT_DIR/demo_*.parquet
-#   DRY_RUN=1 bash data/prepare_rl.sh mhqa    # print the commands only
+#   DRY_RUN=1 bash data/prepare_rl.sh mhqa    # print the commands only (DRY_RUN=1/true/yes/on)
+#   bash data/prepare_rl.sh --help            # this text
 #
 # Input files (.jsonl, .json or .parquet; one object per question). Knobs and defaults:
-#   RAW_DIR       data/raw      where the inputs below are
-#   OUT_DIR       data/rl       where the parquets go
+#   RAW_DIR       <repo>/data/raw   where the inputs below are
+#   OUT_DIR       <repo>/data/rl    where the parquets go (what experiments/train_*.sh read by default)
 #   VAL_FRACTION  0.01          share of the training questions held out for validation when no *_VAL file exists
 #   AGENT_NAME    afm_agent     verl agent loop of the rows ("none" = verl's default_agent_loop)
 #   AFM           afm           the afm command (falls back to .venv/bin/afm, then .venv-rl/bin/afm)
@@ -33,24 +34,27 @@
 # The paper's RL sets also went through difficulty selection (drop questions a reference model already solves):
 # see data/select_rl.sh, which writes the same parquet format.
 set -euo pipefail
+# Relative paths you give (RAW_DIR, OUT_DIR, NQ_TRAIN, ...) are taken from the current directory.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+# shellcheck source=../scripts/knobs.sh
+source "$ROOT/scripts/knobs.sh"
+afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 task=${1:-}
-RAW_DIR=${RAW_DIR:-data/raw}
-OUT_DIR=${OUT_DIR:-data/rl}
+RAW_DIR=$(afm_abs "${RAW_DIR:-$ROOT/data/raw}")
+OUT_DIR=$(afm_abs "${OUT_DIR:-$ROOT/data/rl}")
 VAL_FRACTION=${VAL_FRACTION:-0.01}
 AGENT_NAME=${AGENT_NAME:-afm_agent}
-DRY_RUN=${DRY_RUN:-0}
+DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
 
 if [[ -n ${AFM:-} ]]; then
   read -r -a afm <<< "$AFM"
 elif command -v afm > /dev/null 2>&1; then
   afm=(afm)
-elif [[ -x .venv/bin/afm ]]; then
-  afm=(.venv/bin/afm)
-elif [[ -x .venv-rl/bin/afm ]]; then
-  afm=(.venv-rl/bin/afm)
+elif [[ -x $ROOT/.venv/bin/afm ]]; then
+  afm=("$ROOT/.venv/bin/afm")
+elif [[ -x $ROOT/.venv-rl/bin/afm ]]; then
+  afm=("$ROOT/.venv-rl/bin/afm")
 else
   afm=(python -m afm.cli)
 fi
@@ -68,7 +72,7 @@ run() {
   printf '[afm]'
   printf ' %q' "$@"
   printf '\n'
-  [[ $DRY_RUN == 1 ]] || "$@"
+  [[ $DRY_RUN == true ]] || "$@"
 }
 
 # val_args NAME VAL_FILE: nothing when VAL_FILE exists (it is converted separately), else the held-out-fraction flags.

@@ -25,9 +25,17 @@
 #   MAX_QUESTIONS    random sample size of the remaining questions (default: all);  SELECT_SEED 0
 #   DATA_SOURCE      search (web) | livecodebench (code);  PROMPT_KEY = PROMPT;  ABILITY qa | code
 #   Q_KEY question, ANSWER_KEY answer, ID_KEY id
-# DRY_RUN=1 prints the commands without running them.
+# DRY_RUN=1 (or true/yes/on) prints the commands without running them; --help prints this text.
+# Relative paths you give (QUESTIONS, OUTPUT, SAMPLES, EXCLUDE, TOOLS_CONFIG) are taken from the current directory;
+# the defaults are under the repo.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=../scripts/knobs.sh
+source "$ROOT/scripts/knobs.sh"
+# shellcheck source=../evaluation/tokenizer.sh
+source "$ROOT/evaluation/tokenizer.sh"
+afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
+DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
 
 MODE="${MODE:?set MODE to web or code}"
 QUESTIONS="${QUESTIONS:?set QUESTIONS to a question file with gold answers}"
@@ -39,8 +47,8 @@ esac
 NAME="$(basename "${QUESTIONS%.*}")"
 N_SAMPLES="${N_SAMPLES:-$N_DEFAULT}"
 PROMPT="${PROMPT:-$PROMPT_DEFAULT}"
-OUTPUT="${OUTPUT:-data/rl/${NAME}_${MODE}_selected.parquet}"
-SAMPLES="${SAMPLES:-runs/select/${NAME}_${MODE}_n${N_SAMPLES}.jsonl}"
+OUTPUT=$(afm_abs "${OUTPUT:-$ROOT/data/rl/${NAME}_${MODE}_selected.parquet}")
+SAMPLES=$(afm_abs "${SAMPLES:-$ROOT/runs/select/${NAME}_${MODE}_n${N_SAMPLES}.jsonl}")
 BACKEND="${BACKEND:-openai}"
 BASE_URL="${BASE_URL:-http://127.0.0.1:10000/v1}"
 TEMPERATURE="${TEMPERATURE:-1.0}"
@@ -64,17 +72,17 @@ ABILITY="${ABILITY:-$ABILITY_DEFAULT}"
 Q_KEY="${Q_KEY:-question}"
 ANSWER_KEY="${ANSWER_KEY:-answer}"
 ID_KEY="${ID_KEY:-id}"
-PYTHON="${PYTHON:-$( [[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3 )}"
+PYTHON=$(afm_python "$ROOT")
 
 run() {
   echo "[select_rl] $*"
-  if [[ "${DRY_RUN:-0}" != "1" ]]; then "$@"; fi
+  if [[ $DRY_RUN != true ]]; then "$@"; fi
 }
 
 if [[ "${SKIP_INFER:-0}" != "1" ]]; then
   MODEL="${MODEL:?set MODEL (served model name, or a model folder with BACKEND=hf), or SKIP_INFER=1}"
-  TOKENIZER="${TOKENIZER:-$MODEL}"
-  [[ "${DRY_RUN:-0}" == "1" ]] || mkdir -p "$(dirname "$SAMPLES")"
+  TOKENIZER=$(afm_eval_tokenizer)  # the rule of inference/inference.sh (evaluation/tokenizer.sh)
+  [[ $DRY_RUN == true ]] || mkdir -p "$(dirname "$SAMPLES")"
   infer=("$PYTHON" -m afm.cli infer --input "$QUESTIONS" --output "$SAMPLES" --backend "$BACKEND" --model "$MODEL"
          --base-url "$BASE_URL" --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
          --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --max-turns "$MAX_TURNS"

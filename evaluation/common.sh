@@ -1,28 +1,75 @@
-# Shared by evaluation/eval_*.sh: resolve the python, print and run `afm eval run` (DRY_RUN=1 only prints).
 # shellcheck shell=bash
+# evaluation/common.sh: shared by evaluation/eval_*.sh (sourced, not run): resolve the knobs, print and run
+# `afm eval run`. Knobs of every eval script (environment variables) and defaults:
+#   MODEL                 (required)        served model name (BACKEND=openai) or model folder (BACKEND=hf)
+#   RUN_DIR               script            results, trajectories and the report (<repo>/runs/eval/<agent>);
+#                                           rerun the same command to resume
+#   BENCHMARKS            script            comma-separated benchmark names
+#   BACKEND               openai            openai | hf
+#   BASE_URL              http://127.0.0.1:10000/v1
+#   TOKENIZER             see below         the served model's tokenizer (token budgets are counted with it)
+#   N_SAMPLES             script            samples per question (avg@k, pass@k)
+#   TEMPERATURE, TOP_P, TOP_K, MAX_TURNS, MAX_RESPONSE_TOKENS, SEED, LIMIT   (afm eval run's defaults)
+#   MAX_MODEL_LEN 32768  CONCURRENCY 64
+#   DATA_ROOT             (built-in)        folder of benchmark files (the original's AFM/data works)
+#   TOOLS_CONFIG          (none)            YAML of tool settings
+#   KEEP_TRAJECTORIES     false             keep every trajectory in RUN_DIR
+#   DRY_RUN               false             true/1/yes/on: print the command, run nothing
+#   PYTHON                <repo>/.venv/bin/python if present, else python3
+# Arguments given to a script are appended to `afm eval run` (see: afm eval run --help).
+# TOKENIZER, when unset: the model path evaluation/serve_model.sh recorded for the served MODEL, else
+# AFM_MODEL_PATH (environment.sh), else MODEL with BACKEND=hf; otherwise the script stops and asks for it.
+# Relative paths (RUN_DIR, DATA_ROOT, TOOLS_CONFIG, TOKENIZER) are taken from the current directory.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PYTHON="${PYTHON:-$( [[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3 )}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=../scripts/knobs.sh
+source "$ROOT/scripts/knobs.sh"
+# shellcheck source=tokenizer.sh
+source "$ROOT/evaluation/tokenizer.sh"
 
+# afm_eval_help SCRIPT ARGS...: --help prints the script's own header, then the knobs above.
+afm_eval_help() {
+  local script=$1 arg
+  shift
+  for arg in "$@"; do
+    if [[ $arg == -h || $arg == --help ]]; then
+      sed -n '2,/^[^#]/p' "$script" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+      echo
+      sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+      exit 0
+    fi
+  done
+}
+
+# run_eval BENCHMARKS [afm eval run flags ...]
 run_eval() {
-  local benchmarks="$1"; shift
-  local cmd=("$PYTHON" -m afm.cli eval run --benchmarks "$benchmarks" --run-dir "$RUN_DIR"
-             --backend "${BACKEND:-openai}" --model "$MODEL" --base-url "${BASE_URL:-http://127.0.0.1:10000/v1}"
-             --tokenizer "${TOKENIZER:-$MODEL}" --concurrency "${CONCURRENCY:-64}"
-             --max-model-len "${MAX_MODEL_LEN:-32768}")
+  local benchmarks="$1"
+  shift
+  [[ -n ${MODEL:-} ]] || afm_die "set MODEL (served model name; BACKEND=hf: a model folder); --help lists the knobs"
+  local dry_run keep python tokenizer run_dir
+  dry_run=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
+  keep=$(afm_bool KEEP_TRAJECTORIES "${KEEP_TRAJECTORIES:-0}")
+  python=$(afm_python "$ROOT")
+  [[ ${BACKEND:-openai} == hf && -e $MODEL ]] && MODEL=$(afm_abs "$MODEL")
+  tokenizer=$(afm_eval_tokenizer)
+  run_dir=$(afm_abs "$RUN_DIR")
+  local cmd=("$python" -m afm.cli eval run --benchmarks "$benchmarks" --run-dir "$run_dir"
+    --backend "${BACKEND:-openai}" --model "$MODEL" --base-url "${BASE_URL:-http://127.0.0.1:10000/v1}"
+    --tokenizer "$tokenizer" --concurrency "${CONCURRENCY:-64}"
+    --max-model-len "${MAX_MODEL_LEN:-32768}")
   [[ -n "${N_SAMPLES:-}" ]] && cmd+=(--n "$N_SAMPLES")
   [[ -n "${TEMPERATURE:-}" ]] && cmd+=(--temperature "$TEMPERATURE")
   [[ -n "${TOP_P:-}" ]] && cmd+=(--top-p "$TOP_P")
   [[ -n "${TOP_K:-}" ]] && cmd+=(--top-k "$TOP_K")
   [[ -n "${MAX_TURNS:-}" ]] && cmd+=(--max-turns "$MAX_TURNS")
   [[ -n "${MAX_RESPONSE_TOKENS:-}" ]] && cmd+=(--max-response-tokens "$MAX_RESPONSE_TOKENS")
-  [[ -n "${DATA_ROOT:-}" ]] && cmd+=(--data-root "$DATA_ROOT")
+  [[ -n "${DATA_ROOT:-}" ]] && cmd+=(--data-root "$(afm_abs "$DATA_ROOT")")
   [[ -n "${LIMIT:-}" ]] && cmd+=(--limit "$LIMIT")
   [[ -n "${SEED:-}" ]] && cmd+=(--seed "$SEED")
-  [[ -n "${TOOLS_CONFIG:-}" ]] && cmd+=(--tools-config "$TOOLS_CONFIG")
-  [[ "${KEEP_TRAJECTORIES:-0}" == "1" ]] && cmd+=(--keep-trajectories)
+  [[ -n "${TOOLS_CONFIG:-}" ]] && cmd+=(--tools-config "$(afm_abs "$TOOLS_CONFIG")")
+  [[ $keep == true ]] && cmd+=(--keep-trajectories)
   cmd+=("$@")
   echo "[eval] ${cmd[*]}"
-  if [[ "${DRY_RUN:-0}" == "1" ]]; then return 0; fi
+  if [[ $dry_run == true ]]; then return 0; fi
   "${cmd[@]}"
 }

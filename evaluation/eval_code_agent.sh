@@ -4,9 +4,11 @@
 # LIVECODEBENCH_TESTCASES_DIR (python -m afm.eval.lcb_testcases writes it).
 #
 #   MODEL=AFM-CodeAgent-32B-RL TOKENIZER=/models/... RUN_DIR=runs/eval/code bash evaluation/eval_code_agent.sh
-source "$(dirname "$0")/common.sh"
-MODEL="${MODEL:?set MODEL (served model name; BACKEND=hf: a model folder)}"
-RUN_DIR="${RUN_DIR:-runs/eval/code_agent}"
+#   bash evaluation/eval_code_agent.sh --help     # every knob; DRY_RUN=1 prints the command only
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+afm_eval_help "${BASH_SOURCE[0]}" "$@"
+RUN_DIR="${RUN_DIR:-$ROOT/runs/eval/code_agent}"
 BENCHMARKS="${BENCHMARKS:-aime24,aime25,math500,amc23,olympiadbench,livecodebench_v4,livecodebench_v5}"
 N_SAMPLES="${N_SAMPLES:-16}"
 run_eval "$BENCHMARKS" "$@"

@@ -5,9 +5,11 @@
 # scored by EM/F1 and the report says so). Resumable: rerun the same command after a crash.
 #
 #   MODEL=AFM-WebAgent-32B-RL TOKENIZER=/models/AFM-WebAgent-32B-RL RUN_DIR=runs/eval/web bash evaluation/eval_web_agent.sh
-source "$(dirname "$0")/common.sh"
-MODEL="${MODEL:?set MODEL (served model name; BACKEND=hf: a model folder)}"
-RUN_DIR="${RUN_DIR:-runs/eval/web_agent}"
+#   bash evaluation/eval_web_agent.sh --help     # every knob; DRY_RUN=1 prints the command only
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+afm_eval_help "${BASH_SOURCE[0]}" "$@"
+RUN_DIR="${RUN_DIR:-$ROOT/runs/eval/web_agent}"
 BENCHMARKS="${BENCHMARKS:-gaia,browsecomp,hle,webwalker}"
 N_SAMPLES="${N_SAMPLES:-3}"
 run_eval "$BENCHMARKS" "$@"

@@ -7,9 +7,16 @@
 # --help and at the top of each script). Arguments given to a script are appended as extra Hydra overrides
 # (the last value of a key wins), e.g. `bash experiments/train_dapo_web_agent.sh trainer.total_epochs=1`.
 #
-#   MODEL_PATH              task        HF id or folder of the starting policy (the SFT checkpoint)
+#   ALGORITHM               dapo        dapo (configs/verl/dapo.sh) | ppo (the original's MHQA recipe: GAE, a
+#                                       critic, KL 0.001, n=1; configs/verl/ppo.sh; train_ppo_mhqa_agent.sh)
+#   MODEL_PATH              task        HF id or folder of the starting policy: the output of the matching SFT
+#                                       script (web saves/AFM-WebAgent-32B-sft, code saves/AFM-CodeAgent-32B-sft,
+#                                       mhqa saves/AFM-MHQA-Agent-7B-sft); AFM_MODEL_PATH is not read here
 #   TRAIN_FILES             task        RL parquet(s) from `afm data rl` / data/prepare_rl.sh, comma-separated
 #   VAL_FILES               task        validation parquet(s), comma-separated; "" = no validation
+#   (paths you give - MODEL_PATH, TRAIN_FILES, VAL_FILES, CKPT_DIR, TOOL_CONFIG, AGENT_LOOP_CONFIG, VAL_DATA_DIR,
+#    ROLLOUT_DATA_DIR, RESUME_FROM_PATH - are taken from the current directory when relative; the defaults are
+#    under the repo)
 #   NNODES                  1           nodes in the Ray cluster (start it with experiments/ray_cluster.sh)
 #   GPUS_PER_NODE           8           GPUs used on each node
 #   ROLLOUT_ENGINE          vllm        vllm | sglang (verl's async server; install the engine in the env) | hf (afm's
@@ -17,7 +24,7 @@
 #   DEVICE                  gpu         gpu | cpu (verl's FSDP trainer on the CPU through afm's `cpu` platform)
 #   TP                      task        rollout tensor-parallel size (web 8, code 4, mhqa 4; hf: 1)
 #   GPU_MEM_UTIL            task        rollout gpu_memory_utilization (web 0.3, code/mhqa 0.5)
-#   ROLLOUT_N               task        rollouts per prompt (the GRPO group; web/code 8, mhqa 5)
+#   ROLLOUT_N               task        rollouts per prompt (the GRPO group; web/code 8, mhqa 5; ppo 1)
 #   TRAIN_BATCH_SIZE        task        prompts per step (web 64, code 256, mhqa 512)
 #   MINI_BATCH_SIZE         task        prompts per actor update (web 64, code 32, mhqa 256)
 #   MICRO_BATCH_SIZE        2           ppo_micro_batch_size_per_gpu
@@ -56,7 +63,9 @@
 #   PROJECT_NAME            afm_rl      tracker project
 #   EXPERIMENT_NAME         task        run name (also the checkpoint folder)
 #   LOGGER                  console,tensorboard   comma-separated: console, wandb, swanlab, tensorboard, mlflow,
-#                                       file (wandb/swanlab read WANDB_API_KEY/SWANLAB_API_KEY from environment.sh)
+#                                       file (wandb/swanlab read WANDB_API_KEY/SWANLAB_API_KEY from environment.sh;
+#                                       swanlab also SWANLAB_MODE (cloud | local: offline, no account) and
+#                                       SWANLAB_LOG_DIR, default $CKPT_DIR/swanlog; pip install -e .[swanlab])
 #   CKPT_DIR                checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME   trainer.default_local_dir
 #   RESUME_MODE             auto        auto (latest checkpoint in CKPT_DIR, else start) | disable | resume_path
 #   RESUME_FROM_PATH        ""          .../global_step_N folder (with RESUME_MODE=resume_path)
@@ -83,12 +92,26 @@
 #   CLIP_RATIO_LOW/HIGH     0.2/0.28    clip-higher
 #   CLIP_RATIO_C            task        dual-clip constant (web 10.0, else 3.0)
 #   LOSS_AGG_MODE           token-mean
+#   KL_COEF                 0.001       (ppo) actor KL loss coefficient (low_var_kl)
+#   CRITIC_LR               1e-5        (ppo) critic learning rate
+#   CRITIC_WARMUP_RATIO     0.05        (ppo) critic lr warmup ratio
+#   CRITIC_MAX_TOKEN_LEN    100000      (ppo) critic ppo_max_token_len_per_gpu (dynamic batch)
+#   ATTN_IMPL               auto        auto: flash_attention_2 when this machine sees a GPU and PYTHON imports
+#                                       flash_attn, else sdpa (printed); or flash_attention_2 | sdpa | eager
 #   PYTHON                  $AFM_RL_VENV/bin/python (.venv-rl) if present, else python3   interpreter with verl and afm
 #   RAY_ADDRESS             (auto when NNODES > 1)   Ray cluster to join (verl's ray.init reads it)
 #   EXTRA_ARGS              ""          more Hydra overrides, split on whitespace (script arguments follow)
 #   DRY_RUN                 0           1 (or the --dry-run argument): print the command, run nothing
 #   --local                             the laptop profile (CPU, hf rollout, toy code task, tiny policy, 4 steps):
 #                                       see experiments/local.sh
+#
+# The original project's names are accepted as aliases (a note says so): ACTOR_LR (LR), TRAIN_BS (TRAIN_BATCH_SIZE),
+# PPO_MINI_BS (MINI_BATCH_SIZE), N (ROLLOUT_N), GEN_TP (TP), BASE_MODEL (MODEL_PATH), TRAIN_DATASETS (TRAIN_FILES),
+# VAL_DATASETS (VAL_FILES), EPOCHS (TOTAL_EPOCHS), STEPS (TOTAL_TRAINING_STEPS), PPO_MICRO_BSZ_PER_GPU
+# (MICRO_BATCH_SIZE), LOG_PROB_MICRO_BSZ_PER_GPU (LOGPROB_MICRO_BATCH_SIZE), max_prompt_length, max_response_length,
+# use_dynamic_bsz (their upper-case knobs). GEN_BS has no counterpart (verl 0.9.1
+# refills filtered groups itself) and is ignored with a warning; an exported variable spelt like a knob but not
+# one (TRAIN_BATCHSIZE, ROLOUT_N) gets a warning.
 #
 # Keys (GRM_*, SERPER, SWANLAB/WANDB ...) come from environment.sh, which is sourced here; they reach the Ray
 # workers through the environment of the process that started Ray, so on a multi-node cluster source it before
@@ -97,6 +120,8 @@
 AFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../configs/verl/dapo.sh
 source "$AFM_ROOT/configs/verl/dapo.sh"
+# shellcheck source=../configs/verl/ppo.sh
+source "$AFM_ROOT/configs/verl/ppo.sh"
 # shellcheck source=../scripts/knobs.sh
 source "$AFM_ROOT/scripts/knobs.sh"
 # shellcheck source=local.sh
@@ -106,7 +131,8 @@ afm_usage() {
   local script=$1 task=$2
   echo "usage: [VAR=value ...] bash $script [--dry-run] [--local] [hydra.key=value ...]"
   echo
-  echo "defaults of this script (task '$task'):"
+  echo "defaults of this script (task '$task', ALGORITHM=${ALGORITHM:-dapo}):"
+  afm_rl_algorithm_defaults "$task"
   afm_rl_task_defaults "$task"
   local v
   for v in "${AFM_TASK_VARS[@]}"; do
@@ -135,7 +161,7 @@ afm_hydra_files() {
     item=${item#"${item%%[![:space:]]*}"}
     item=${item%"${item##*[![:space:]]}"}
     [[ -z $item ]] && continue
-    [[ $item == /* || $item == ~* ]] || item=$AFM_ROOT/$item
+    [[ $item == /* || $item == ~* ]] || item=$(afm_rl_base "$name")/${item#./}
     [[ $item =~ $AFM_HYDRA_UNSAFE ]] &&
       afm_die "$name: path '$item' has spaces, quotes, '=' or brackets, which Hydra overrides cannot carry"
     out+=("$item")
@@ -159,7 +185,7 @@ afm_rl_task_defaults() {
   local task=$1
   case "$task" in
     web)
-      : "${MODEL_PATH:=${AFM_MODEL_PATH:-saves/qwen2.5_32b_sft}}"
+      : "${MODEL_PATH:=saves/AFM-WebAgent-32B-sft}"
       : "${TRAIN_FILES:=data/rl/web_train.parquet}"
       : "${VAL_FILES=data/rl/web_val.parquet}"
       : "${TP:=8}" "${GPU_MEM_UTIL:=0.3}" "${ROLLOUT_N:=8}"
@@ -179,7 +205,7 @@ afm_rl_task_defaults() {
         2) : "${MAX_RESPONSE_LENGTH:=28672}" "${EXPERIMENT_NAME:=dapo_code_agent_stage2}" ;;
         *) afm_die "STAGE must be 1 (16k responses) or 2 (32k context) (got '$stage')" ;;
       esac
-      : "${MODEL_PATH:=${AFM_MODEL_PATH:-saves/qwen2.5_32b_code_sft}}"
+      : "${MODEL_PATH:=saves/AFM-CodeAgent-32B-sft}"
       : "${TRAIN_FILES:=data/rl/code_train.parquet}"
       : "${VAL_FILES=data/rl/code_val.parquet}"
       : "${TP:=4}" "${GPU_MEM_UTIL:=0.5}" "${ROLLOUT_N:=8}"
@@ -191,7 +217,7 @@ afm_rl_task_defaults() {
       ;;
     mhqa)
       # Search-R1 setting: NQ + HotpotQA training questions, wiki_search over a 2018 Wikipedia dump, EM reward.
-      : "${MODEL_PATH:=${AFM_MODEL_PATH:-saves/qwen2.5_7b_mhqa_sft}}"
+      : "${MODEL_PATH:=saves/AFM-MHQA-Agent-7B-sft}"
       : "${TRAIN_FILES:=data/rl/mhqa_train.parquet}"
       : "${VAL_FILES=data/rl/mhqa_val.parquet}"
       : "${TP:=4}" "${GPU_MEM_UTIL:=0.5}" "${ROLLOUT_N:=5}"
@@ -204,6 +230,89 @@ afm_rl_task_defaults() {
       ;;
     *) afm_die "unknown task '$task' (web, code or mhqa)" ;;
   esac
+}
+
+# ---- the caller's input: the original's names, misspellings, relative paths ---------------------------------------
+AFM_RL_ALIASES=(LR=ACTOR_LR TRAIN_BATCH_SIZE=TRAIN_BS MINI_BATCH_SIZE=PPO_MINI_BS ROLLOUT_N=N TP=GEN_TP
+  MODEL_PATH=BASE_MODEL TRAIN_FILES=TRAIN_DATASETS VAL_FILES=VAL_DATASETS TOTAL_EPOCHS=EPOCHS
+  TOTAL_TRAINING_STEPS=STEPS MICRO_BATCH_SIZE=PPO_MICRO_BSZ_PER_GPU LOGPROB_MICRO_BATCH_SIZE=LOG_PROB_MICRO_BSZ_PER_GPU
+  MAX_PROMPT_LENGTH=max_prompt_length MAX_RESPONSE_LENGTH=max_response_length USE_DYNAMIC_BSZ=use_dynamic_bsz)
+AFM_RL_PATH_KNOBS=(MODEL_PATH TRAIN_FILES VAL_FILES CKPT_DIR TOOL_CONFIG AGENT_LOOP_CONFIG VAL_DATA_DIR
+  ROLLOUT_DATA_DIR RESUME_FROM_PATH)
+AFM_RL_USER_PATHS=" "
+AFM_CALLER_DIR=$PWD
+
+# Knob names: those of the table at the top of this file, plus the few documented elsewhere.
+afm_rl_knob_names() {
+  sed -n '2,/^$/p' "$AFM_ROOT/experiments/common.sh" | grep -oE '^#   [A-Z][A-Z0-9_]+' | cut -c5-
+  printf '%s\n' CLIP_RATIO_HIGH STAGE AFM_RL_VENV AFM_MODEL_PATH
+}
+
+# Apply the aliases, warn about misspelt knobs and remember which path knobs the caller gave (before the task
+# defaults fill the rest in).
+afm_rl_caller_input() {
+  local pair v
+  for pair in "${AFM_RL_ALIASES[@]}"; do afm_alias "${pair%%=*}" "${pair#*=}"; done
+  [[ -n ${GEN_BS+set} ]] &&
+    afm_warn "GEN_BS (the original's generation batch) is ignored: verl 0.9.1 generates TRAIN_BATCH_SIZE prompts" \
+      "per batch and refills filtered groups itself (MAX_INFLIGHT_GEN_BATCHES)"
+  local known
+  known=$(afm_rl_knob_names | tr '\n' ' ')
+  # shellcheck disable=SC2086  # word splitting of the name list is intended
+  afm_warn_unknown_knobs $known "${AFM_RL_ALIASES[@]#*=}" GEN_BS
+  for v in "${AFM_RL_PATH_KNOBS[@]}"; do
+    [[ -n ${!v:-} ]] && AFM_RL_USER_PATHS+="$v "
+  done
+  return 0
+}
+
+# The folder a relative value of path knob NAME is taken from: the caller's directory for a value the caller
+# gave, the repo root for a default.
+afm_rl_base() {
+  if [[ $AFM_RL_USER_PATHS == *" $1 "* ]]; then printf '%s' "${AFM_CALLER_DIR%/}"; else printf '%s' "$AFM_ROOT"; fi
+}
+
+# ALGORITHM=ppo: the original's MHQA PPO recipe changes these defaults (before the task's own).
+afm_rl_algorithm_defaults() {
+  local task=$1
+  case "${ALGORITHM:=dapo}" in
+    dapo) ;;
+    ppo)
+      : "${ROLLOUT_N:=1}" "${REWARD_MANAGER:=naive}" "${EXPERIMENT_NAME:=ppo_${task}_agent}"
+      : "${KL_COEF:=0.001}" "${CRITIC_LR:=1e-5}" "${CRITIC_WARMUP_RATIO:=0.05}" "${CRITIC_MAX_TOKEN_LEN:=100000}"
+      local v
+      for v in KL_COEF:$KL_COEF CRITIC_LR:$CRITIC_LR CRITIC_WARMUP_RATIO:$CRITIC_WARMUP_RATIO; do
+        afm_is_number "${v#*:}" || afm_die "${v%%:*} must be a number (got '${v#*:}')"
+      done
+      afm_is_posint "$CRITIC_MAX_TOKEN_LEN" ||
+        afm_die "CRITIC_MAX_TOKEN_LEN must be a positive integer (got '$CRITIC_MAX_TOKEN_LEN')"
+      ;;
+    *) afm_die "ALGORITHM must be dapo or ppo (got '$ALGORITHM')" ;;
+  esac
+}
+
+# afm_rl_attention PYTHON: "<implementation> (<why>)" for ATTN_IMPL (auto looks at this machine).
+afm_rl_attention() {
+  local python=$1 impl=${ATTN_IMPL:-auto}
+  case "$impl" in
+    flash_attention_2 | sdpa | eager) echo "$impl (ATTN_IMPL=$impl)" ;;
+    auto)
+      if ! { command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2> /dev/null | grep -q '^GPU '; }; then
+        echo "sdpa (no GPU on this machine)"
+      elif "$python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('flash_attn') is None)" \
+        > /dev/null 2>&1; then
+        echo "flash_attention_2 (GPU and flash_attn found)"
+      else
+        echo "sdpa (flash_attn is not installed: pip install flash-attn for FlashAttention-2)"
+      fi
+      ;;
+    *) afm_die "ATTN_IMPL must be auto, flash_attention_2, sdpa or eager (got '$impl')" ;;
+  esac
+}
+
+# The algorithm's overrides, one per line.
+afm_algorithm_overrides() {
+  if [[ $ALGORITHM == ppo ]]; then afm_ppo_overrides; else afm_dapo_overrides; fi
 }
 
 # The python that has verl and afm.
@@ -238,6 +347,7 @@ afm_rl_main() {
     esac
   done
 
+  afm_rl_caller_input
   # environment.sh only sets what is unset (keys, server addresses); it never overrides a value given here.
   if [[ -f $AFM_ROOT/environment.sh ]]; then
     # shellcheck source=../environment.sh
@@ -246,6 +356,7 @@ afm_rl_main() {
   [[ $local_flag == true ]] && afm_rl_local_profile "$task"
   # The hf rollout runs one model copy per trainer rank: the task's TP default does not apply.
   [[ ${ROLLOUT_ENGINE:-} == hf ]] && : "${TP:=1}"
+  afm_rl_algorithm_defaults "$task"
   afm_rl_task_defaults "$task"
 
   # ---- knobs -------------------------------------------------------------------------------------------------
@@ -373,7 +484,8 @@ afm_rl_main() {
     afm_die "MINI_BATCH_SIZE ($MINI_BATCH_SIZE) must not exceed TRAIN_BATCH_SIZE ($TRAIN_BATCH_SIZE)"
   ((TRAIN_BATCH_SIZE % MINI_BATCH_SIZE == 0)) ||
     afm_die "TRAIN_BATCH_SIZE ($TRAIN_BATCH_SIZE) must be a multiple of MINI_BATCH_SIZE ($MINI_BATCH_SIZE)"
-  ((ROLLOUT_N > 1)) || afm_warn "ROLLOUT_N=1: GRPO advantages are zero and filter_groups keeps nothing"
+  [[ $ALGORITHM == ppo ]] || ((ROLLOUT_N > 1)) ||
+    afm_warn "ROLLOUT_N=1: GRPO advantages are zero and filter_groups keeps nothing (ALGORITHM=ppo trains with n=1)"
   ((gpus % TP == 0)) || afm_die "GPUS_PER_NODE ($gpus) must be a multiple of TP ($TP)"
   if [[ $use_dyn == false ]]; then
     (((TRAIN_BATCH_SIZE * ROLLOUT_N) % (nnodes * gpus) == 0)) ||
@@ -401,16 +513,21 @@ afm_rl_main() {
   [[ $experiment =~ ^[A-Za-z0-9_.-]+$ ]] || afm_die "EXPERIMENT_NAME may hold letters, digits, '_', '.', '-' (got '$experiment')"
   [[ $project =~ ^[A-Za-z0-9_.-]+$ ]] || afm_die "PROJECT_NAME may hold letters, digits, '_', '.', '-' (got '$project')"
 
-  local model=$MODEL_PATH
-  # A relative path that exists under the repo is a local folder; anything else is a hub id (org/name).
-  if [[ $model != /* && -e $AFM_ROOT/$model ]]; then model=$AFM_ROOT/$model; fi
-  if [[ $model == saves/* || $model == ./* ]]; then model=$AFM_ROOT/${model#./}; fi
+  local model=$MODEL_PATH model_base
+  model_base=$(afm_rl_base MODEL_PATH)
+  # A relative path that exists (here, or under the repo for the default) is a local folder; saves/... and ./...
+  # are always folders; anything else is a hub id (org/name).
+  if [[ $model != /* && -e $model_base/$model ]]; then model=$model_base/${model#./}; fi
+  if [[ $model == saves/* || $model == ./* ]]; then model=$model_base/${model#./}; fi
   local train_files val_files=""
   train_files=$(afm_hydra_files TRAIN_FILES "$TRAIN_FILES")
   [[ -n ${VAL_FILES// /} ]] && val_files=$(afm_hydra_files VAL_FILES "$VAL_FILES")
-  [[ $agent_cfg == /* ]] || agent_cfg=$AFM_ROOT/$agent_cfg
-  [[ $tool_cfg == /* ]] || tool_cfg=$AFM_ROOT/$tool_cfg
-  [[ $ckpt_dir == /* ]] || ckpt_dir=$AFM_ROOT/$ckpt_dir
+  [[ $agent_cfg == /* ]] || agent_cfg=$(afm_rl_base AGENT_LOOP_CONFIG)/$agent_cfg
+  [[ $tool_cfg == /* ]] || tool_cfg=$(afm_rl_base TOOL_CONFIG)/$tool_cfg
+  [[ $ckpt_dir == /* ]] || ckpt_dir=$(afm_rl_base CKPT_DIR)/$ckpt_dir
+  [[ -z $val_dir || $val_dir == /* ]] || val_dir=$(afm_rl_base VAL_DATA_DIR)/$val_dir
+  [[ -z $rollout_dir || $rollout_dir == /* ]] || rollout_dir=$(afm_rl_base ROLLOUT_DATA_DIR)/$rollout_dir
+  [[ -z $resume_path || $resume_path == /* ]] || resume_path=$(afm_rl_base RESUME_FROM_PATH)/$resume_path
   local reward_path=$AFM_ROOT/afm/rewards/score.py
   [[ -f $reward_path ]] || afm_die "reward entry not found: $reward_path"
 
@@ -453,9 +570,14 @@ afm_rl_main() {
     "actor_rollout_ref.actor.fsdp_config.param_offload=$param_offload"
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=$opt_offload"
   )
-  # DAPO (configs/verl/dapo.sh)
+  local attention
+  attention=$(afm_rl_attention "$(afm_rl_python)")
+  ov+=("+actor_rollout_ref.model.override_config.attn_implementation=${attention%% *}")
+  [[ $ALGORITHM == ppo ]] && ov+=("+critic.model.override_config.attn_implementation=${attention%% *}")
+  # DAPO (configs/verl/dapo.sh) or PPO (configs/verl/ppo.sh)
   local line
-  while IFS= read -r line; do ov+=("$line"); done < <(afm_dapo_overrides)
+  MODEL=$model
+  while IFS= read -r line; do ov+=("$line"); done < <(afm_algorithm_overrides)
   # rollout: async server, multi-turn through the afm_agent loop
   ov+=(
     "actor_rollout_ref.rollout.name=$engine"
@@ -495,6 +617,7 @@ afm_rl_main() {
     "+reward.custom_reward_function.reward_kwargs.format_mode=$format_mode"
   )
   if [[ $reward_manager == dapo ]]; then
+    [[ $ALGORITHM == ppo ]] && afm_warn "REWARD_MANAGER=dapo with ALGORITHM=ppo: DAPO's overlong shaping on PPO"
     ov+=(
       "+reward.reward_kwargs.max_resp_len=$MAX_RESPONSE_LENGTH"
       "+reward.reward_kwargs.overlong_buffer_cfg.enable=$overlong"
@@ -546,12 +669,20 @@ afm_rl_main() {
     env_lines+=("RAY_ADDRESS=$RAY_ADDRESS")
   fi
   [[ -n ${CUDA_VISIBLE_DEVICES+set} ]] && env_lines+=("CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES")
+  if [[ ,${logger// /}, == *,swanlab,* ]]; then
+    # verl's swanlab logger reads these from the environment; its default log dir is relative to the repo root.
+    export SWANLAB_LOG_DIR
+    SWANLAB_LOG_DIR=$(afm_abs "${SWANLAB_LOG_DIR:-$ckpt_dir/swanlog}")
+    env_lines+=("SWANLAB_LOG_DIR=$SWANLAB_LOG_DIR")
+    [[ -n ${SWANLAB_MODE:-} ]] && env_lines+=("SWANLAB_MODE=$SWANLAB_MODE")
+  fi
 
   local summary
   summary=$(
     echo "[afm] $script: task=$task nodes=$nnodes gpus/node=$gpus device=$device engine=$engine TP=$TP" \
       "prompts/step=$TRAIN_BATCH_SIZE x $ROLLOUT_N rollouts, mini-batch=$MINI_BATCH_SIZE," \
       "prompt+response=$MAX_PROMPT_LENGTH+$MAX_RESPONSE_LENGTH, turns<=$MAX_TURNS, reward=$reward_manager/$reward_fn"
+    echo "[afm] algorithm: $ALGORITHM; attention: $attention"
     echo "[afm] checkpoints: $ckpt_dir (resume_mode=$resume_mode)"
     if ((${#env_lines[@]} > 0)); then
       printf '[afm] environment:\n'
@@ -567,11 +698,10 @@ afm_rl_main() {
   [[ $dry_run == true ]] || afm_rl_local_prepare "$python"
   local problems=() f
   local file_list=()
-  IFS=',' read -r -a file_list <<< "$TRAIN_FILES,${VAL_FILES:-}"
+  IFS=',' read -r -a file_list <<< "${train_files#[},${val_files#[}"
   for f in "${file_list[@]}"; do
-    f=${f// /}
+    f=${f%]}
     [[ -z $f ]] && continue
-    [[ $f == /* ]] || f=$AFM_ROOT/$f
     [[ -f $f ]] || problems+=("data file not found: $f (build it with data/prepare_rl.sh or 'afm data rl')")
   done
   [[ -f $tool_cfg ]] || problems+=("tool config not found: $tool_cfg")
@@ -600,6 +730,9 @@ afm_rl_main() {
       afm_die "NNODES=$nnodes but no Ray cluster is reachable: start it with experiments/ray_cluster.sh head|worker"
   fi
 
+  # swanlab >= 0.10 parses SWANLAB_PROJECT (exported by environment.sh for the SFT scripts) as its own nested
+  # settings and fails on a plain name; verl names the project itself (trainer.project_name).
+  unset SWANLAB_PROJECT
   ulimit -n 65535 2> /dev/null || true
   mkdir -p "$ckpt_dir"
   local log=$ckpt_dir/train.log

@@ -26,6 +26,10 @@ die() {
 }
 
 action=${1:-}
+if [[ $action == -h || $action == --help ]]; then
+  sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed -e '/^[^#]/d' -e 's/^# \{0,1\}//'
+  exit 0
+fi
 port=${RAY_PORT:-6379}
 gpus=${GPUS_PER_NODE:-8}
 dashboard_port=${DASHBOARD_PORT:-8265}
@@ -41,6 +45,9 @@ fi
 if [[ -f $AFM_ROOT/environment.sh ]]; then
   # shellcheck source=../environment.sh
   source "$AFM_ROOT/environment.sh"
+  # swanlab >= 0.10 parses SWANLAB_PROJECT as its own nested settings (JSON) and fails on a plain name; verl passes
+  # the project as trainer.project_name, so the variable must not reach the workers.
+  unset SWANLAB_PROJECT
 fi
 
 case "$action" in

@@ -16,7 +16,7 @@
 #   RESUME_MODE=auto bash experiments/train_dapo_code_agent.sh   # (default) continue from the newest checkpoint
 #
 # Defaults of this script (each one an environment variable):
-#   MODEL_PATH=saves/qwen2.5_32b_code_sft  TRAIN_FILES=data/rl/code_train.parquet  VAL_FILES=data/rl/code_val.parquet
+#   MODEL_PATH=saves/AFM-CodeAgent-32B-sft  TRAIN_FILES=data/rl/code_train.parquet  VAL_FILES=data/rl/code_val.parquet
 #   STAGE=1 TP=4 GPU_MEM_UTIL=0.5 ROLLOUT_N=8 TRAIN_BATCH_SIZE=256 MINI_BATCH_SIZE=32 USE_DYNAMIC_BSZ=false
 #   MAX_PROMPT_LENGTH=4096 MAX_RESPONSE_LENGTH=16384 (STAGE=2: 28672) MAX_TURNS=8 WARMUP_STEPS=10
 #   TOTAL_EPOCHS=100 TOTAL_TRAINING_STEPS=2000 SAVE_FREQ=5 TEST_FREQ=10 REWARD_FN=compute_score

@@ -4,22 +4,50 @@
 #   INPUT=data/questions.jsonl OUTPUT=runs/infer/web.jsonl PROMPT=web_agent \
 #   BASE_URL=http://127.0.0.1:10000/v1 MODEL=AFM-WebAgent-32B-RL TOKENIZER=/models/AFM-WebAgent-32B-RL \
 #   bash inference/inference.sh
+#   DRY_RUN=1 bash inference/inference.sh         # print the command only (DRY_RUN=1/true/yes/on)
+#   bash inference/inference.sh --help            # this text
 #
-# BACKEND=hf runs MODEL (a folder) in this process instead of calling a server. Tool servers are reached through
-# environment.sh (SERVER_HOST, WEBSEARCH_PORT, CRAWL_PAGE_PORT, WIKI_RAG_SERVER_URL); source it first.
-# Killed runs restart where they stopped (finished (question, sample) pairs are never redone). DRY_RUN=1 prints.
+# Knobs (environment variables) and defaults:
+#   INPUT                 (required)        .json/.jsonl/.parquet question file
+#   OUTPUT                <repo>/runs/infer/<INPUT name>.jsonl   trajectories (append-only; a rerun resumes)
+#   BACKEND               openai            openai (an OpenAI-compatible server) | hf (MODEL is a folder, run here)
+#   MODEL                 (required)        served model name (BACKEND=openai) or model folder (BACKEND=hf)
+#   BASE_URL              http://127.0.0.1:10000/v1
+#   TOKENIZER             see below         tokenizer folder or hub id (token budgets are counted with it)
+#   PROMPT                web_agent         system prompt key (web_agent, mhqa, code_agent, math_agent, ...)
+#   TOOLS, TOOLS_CONFIG   (prompt's tools)  comma-separated tool names; YAML of tool settings
+#   N_SAMPLES 1  TEMPERATURE 1.0  TOP_P 0.9  TOP_K 20  SEED (none)
+#   MAX_TURNS 25  MAX_TOKENS_PER_TURN 4096  MAX_RESPONSE_TOKENS 30720  MAX_MODEL_LEN 32768  CONCURRENCY 64
+#   Q_KEY question  ANSWER_KEY answer
+#   PYTHON                <repo>/.venv/bin/python if present, else python3
+#
+# TOKENIZER, when unset: the model path evaluation/serve_model.sh recorded when it started the served MODEL,
+# else AFM_MODEL_PATH (environment.sh: the model folder inference/ and evaluation/ run), else MODEL with
+# BACKEND=hf; otherwise the script stops and asks for it (a served name is not a tokenizer).
+# Relative paths (INPUT, OUTPUT, TOOLS_CONFIG, TOKENIZER, MODEL with BACKEND=hf) are taken from the current
+# directory. Tool servers are reached through environment.sh (SERVER_HOST, WEBSEARCH_PORT, CRAWL_PAGE_PORT,
+# WIKI_RAG_SERVER_URL); source it first. Killed runs restart where they stopped (finished (question, sample) pairs
+# are never redone).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=../scripts/knobs.sh
+source "$ROOT/scripts/knobs.sh"
+# shellcheck source=../evaluation/tokenizer.sh
+source "$ROOT/evaluation/tokenizer.sh"
+afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
-INPUT="${INPUT:?set INPUT to a .json/.jsonl/.parquet question file}"
-OUTPUT="${OUTPUT:-runs/infer/$(basename "${INPUT%.*}").jsonl}"
+[[ -n ${INPUT:-} ]] || afm_die "set INPUT to a .json/.jsonl/.parquet question file (bash inference/inference.sh --help)"
+[[ -n ${MODEL:-} ]] || afm_die "set MODEL (served model name, or a model folder with BACKEND=hf)"
+DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
+INPUT=$(afm_abs "$INPUT")
+OUTPUT=$(afm_abs "${OUTPUT:-$ROOT/runs/infer/$(basename "${INPUT%.*}").jsonl}")
 BACKEND="${BACKEND:-openai}"
-MODEL="${MODEL:?set MODEL (served model name, or a model folder with BACKEND=hf)}"
+[[ $BACKEND == hf && -e $MODEL ]] && MODEL=$(afm_abs "$MODEL")
 BASE_URL="${BASE_URL:-http://127.0.0.1:10000/v1}"
-TOKENIZER="${TOKENIZER:-$MODEL}"
+TOKENIZER=$(afm_eval_tokenizer)
 PROMPT="${PROMPT:-web_agent}"
 TOOLS="${TOOLS:-}"
-TOOLS_CONFIG="${TOOLS_CONFIG:-}"
+TOOLS_CONFIG=$(afm_abs "${TOOLS_CONFIG:-}")
 N_SAMPLES="${N_SAMPLES:-1}"
 TEMPERATURE="${TEMPERATURE:-1.0}"
 TOP_P="${TOP_P:-0.9}"
@@ -32,7 +60,7 @@ MAX_MODEL_LEN="${MAX_MODEL_LEN:-32768}"
 CONCURRENCY="${CONCURRENCY:-64}"
 Q_KEY="${Q_KEY:-question}"
 ANSWER_KEY="${ANSWER_KEY:-answer}"
-PYTHON="${PYTHON:-$( [[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3 )}"
+PYTHON=$(afm_python "$ROOT")
 
 cmd=("$PYTHON" -m afm.cli infer --input "$INPUT" --output "$OUTPUT" --backend "$BACKEND" --model "$MODEL"
      --base-url "$BASE_URL" --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
@@ -43,5 +71,5 @@ cmd=("$PYTHON" -m afm.cli infer --input "$INPUT" --output "$OUTPUT" --backend "$
 [[ -n "$TOOLS_CONFIG" ]] && cmd+=(--tools-config "$TOOLS_CONFIG")
 [[ -n "$SEED" ]] && cmd+=(--seed "$SEED")
 echo "[inference] ${cmd[*]}"
-if [[ "${DRY_RUN:-0}" == "1" ]]; then exit 0; fi
+if [[ $DRY_RUN == true ]]; then exit 0; fi
 exec "${cmd[@]}"

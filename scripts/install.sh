@@ -8,7 +8,25 @@
 # On machines without a GPU, torch==2.13.0 (CPU build) is installed first, so that no multi-GB CUDA build is
 # pulled in; then `afm doctor --fix` repairs the CUDA-only torchvision/torchaudio wheels that LLaMA-Factory drags
 # in (they fail to import beside CPU torch). On GPU nodes install the torch you want before running this.
+#
+# Knobs: AFM_VENV (.venv; "none" = the active python), AFM_EXTRAS (comma-separated extras of pyproject.toml: sft,
+# rl, servers, eval, sandbox, dense, dev, deepspeed (ZeRO-3 for multi-GPU SFT), swanlab (the original's tracker),
+# flash-attn is not an extra: build it for your CUDA), PYTHON (python3, creates the venv), AFM_CPU_TORCH
+# (torch==2.13.0). RL lives in its own venv: AFM_VENV=.venv-rl AFM_EXTRAS=rl,swanlab bash scripts/install.sh
+#   bash scripts/install.sh --help       # this text
 set -euo pipefail
+for arg in "$@"; do
+  case "$arg" in
+    -h | --help)
+      sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed -e '/^[^#]/d' -e 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "[install] error: unknown argument '$arg' (knobs are environment variables; see --help)" >&2
+      exit 2
+      ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 
 AFM_VENV="${AFM_VENV:-.venv}"

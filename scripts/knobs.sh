@@ -25,3 +25,108 @@ afm_bool() {
     *) afm_die "$name must be true or false (got '$2')" ;;
   esac
 }
+
+# ---- the original project's variable names -------------------------------------------------------------------------
+# afm_alias NEW OLD: the original's scripts spelled some knobs differently (DATA_DATA, TEMPALTE, ACTOR_LR, ...).
+# When OLD is set and NEW is not, NEW takes OLD's value and one note says so; when both are set, NEW wins and a
+# warning says OLD was ignored. Array-style values of the original's grid-search scripts ("1e-5" or ("1e-5"))
+# arrive as plain strings, so surrounding parentheses and quotes are stripped.
+AFM_ALIAS_NOTED=false
+afm_alias() {
+  local new=$1 old=$2
+  [[ -n ${!old+set} ]] || return 0
+  local value=${!old}
+  value=${value#(}
+  value=${value%)}
+  value=${value//\"/}
+  value=${value//\'/}
+  # The original's grid-search scripts took lists; one afm launch is one configuration.
+  [[ $value =~ [^[:space:]][[:space:]]+[^[:space:]] ]] &&
+    afm_die "$old holds several values ($value): one launch trains one configuration; set $new to one of them"
+  if [[ -n ${!new+set} ]]; then
+    [[ ${!new} == "$value" ]] || afm_warn "$old (the original's name) is ignored: $new=${!new} is also set"
+    return 0
+  fi
+  if [[ $AFM_ALIAS_NOTED == false ]]; then
+    echo "[afm] note: the original project's variable names are accepted as aliases of afm's knobs" >&2
+    AFM_ALIAS_NOTED=true
+  fi
+  echo "[afm]   $old -> $new=$value" >&2
+  printf -v "$new" '%s' "$value"
+  export "${new?}"
+}
+
+# afm_warn_unknown_knobs KNOWN...: warn about every exported variable that is not a knob but is spelled like one
+# (an edit or two away from a knob name, e.g. LEARNNG_RATE), because a misspelt knob is silently ignored.
+afm_warn_unknown_knobs() {
+  local known=" $* " names=() name
+  while IFS= read -r name; do
+    [[ $known == *" $name "* ]] || names+=("$name")
+  done < <(compgen -e)
+  ((${#names[@]} > 0)) || return 0
+  local line
+  while IFS= read -r line; do
+    [[ -n $line ]] && afm_warn "$line"
+  done < <(printf '%s\n' "${names[@]}" | awk -v known="$*" '
+    function dist(a, b,    i, j, la, lb, d, cost, x, y, z) {
+      la = length(a); lb = length(b)
+      for (i = 0; i <= la; i++) d[i, 0] = i
+      for (j = 0; j <= lb; j++) d[0, j] = j
+      for (i = 1; i <= la; i++)
+        for (j = 1; j <= lb; j++) {
+          cost = (substr(a, i, 1) == substr(b, j, 1)) ? 0 : 1
+          x = d[i - 1, j] + 1; y = d[i, j - 1] + 1; z = d[i - 1, j - 1] + cost
+          d[i, j] = (x < y ? (x < z ? x : z) : (y < z ? y : z))
+        }
+      return d[la, lb]
+    }
+    BEGIN { n = split(known, k, " ") }
+    {
+      name = $0
+      if (length(name) < 5 || name !~ /^[A-Z][A-Z0-9_]*$/) next
+      best = ""; bestd = 99
+      for (i = 1; i <= n; i++) {
+        if (length(k[i]) < 5) continue
+        dl = length(name) - length(k[i]); if (dl < 0) dl = -dl
+        if (dl > 2) continue
+        dd = dist(name, k[i])
+        if (dd < bestd) { bestd = dd; best = k[i] }
+      }
+      limit = (length(name) >= 9) ? 2 : 1
+      if (best != "" && bestd <= limit)
+        printf "%s is set but is not a knob of this script; did you mean %s?\n", name, best
+    }')
+}
+
+# ---- help and paths shared by the data, inference and evaluation scripts ------------------------------------------
+# afm_help_if_asked FILE ARGS...: when an argument is -h or --help, print FILE's leading comment block (its usage
+# and knobs) and exit 0.
+afm_help_if_asked() {
+  local file=$1 arg
+  shift
+  for arg in "$@"; do
+    if [[ $arg == -h || $arg == --help ]]; then
+      sed -n '2,/^[^#]/p' "$file" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+      exit 0
+    fi
+  done
+}
+
+# afm_abs PATH: PATH made absolute against the current directory (empty stays empty).
+afm_abs() {
+  if [[ -z $1 || $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "${PWD%/}/${1#./}"; fi
+}
+
+# afm_python ROOT: PYTHON when set, else the interpreter of the AFM_VENV virtual environment (default .venv, relative
+# to ROOT) when it exists, else python3.
+afm_python() {
+  local venv=${AFM_VENV:-.venv}
+  [[ $venv == /* ]] || venv=$1/$venv
+  if [[ -n ${PYTHON:-} ]]; then
+    printf '%s' "$PYTHON"
+  elif [[ -x $venv/bin/python ]]; then
+    printf '%s' "$venv/bin/python"
+  else
+    printf '%s' python3
+  fi
+}

@@ -1,23 +1,28 @@
 # shellcheck shell=bash
-# sft_scripts/common.sh: the launcher shared by sft_qwen2.5_{3b,7b,32b}.sh and dpo_qwen2.5_32b.sh (sourced, not run).
+# sft_scripts/common.sh: the launcher shared by sft_scripts/<agent>/sft_qwen2.5_<size>.sh and dpo_qwen2.5_32b.sh
+# (sourced, not run).
 #
 # Full fine-tuning with LLaMA-Factory through `afm-sft train`, <observation> spans masked from the loss.
-# Every knob is an environment variable; the value in the second column is the default.
+# Every knob is an environment variable; the value in the second column is the default. "script" means the
+# script's own default (printed first by --help; the table in docs/original_mapping.md lists them all).
 #
-#   MODEL_PATH              per script    HF hub id or local folder of the model to fine-tune
-#   OUTPUT_DIR              per script    checkpoints, training.log, afm_mask_report_*.json; a relative default
-#                                         is under the repo root (saves/...), a value you give is used as is
-#   DATASET                 per script    name(s) from $DATASET_DIR/dataset_info.json, comma-separated
+#   MODEL_PATH              script        HF hub id or local folder of the model to fine-tune
+#   OUTPUT_DIR              script        checkpoints, training.log, afm_mask_report_*.json; the default is under the
+#                                         repo root (saves/AFM-...-sft, what the RL scripts start from); a relative
+#                                         value you give is taken from the current directory
+#   DATASET                 script        name(s) from $DATASET_DIR/dataset_info.json, comma-separated
 #   DATASET_DIR             <repo>/data   folder holding dataset_info.json (see data/README.md)
 #   TEMPLATE                qwen          LLaMA-Factory chat template
-#   LEARNING_RATE           1e-6
+#   LEARNING_RATE           script (1e-6) the value in brackets applies where a script sets none
 #   BATCH_SIZE              1             per-device train batch size
-#   GRADIENT_ACCUMULATION   8             global batch = BATCH_SIZE x GRADIENT_ACCUMULATION x GPUs x NNODES
-#   EPOCHS                  4.0
+#   GRADIENT_ACCUMULATION   script (8)    global batch = BATCH_SIZE x GRADIENT_ACCUMULATION x GPUs x NNODES
+#   EPOCHS                  script (4.0)
 #   LR_SCHEDULER            linear        transformers lr_scheduler_type (linear, cosine, constant_with_warmup, ...)
-#   WARMUP_STEPS            0             warmup optimizer steps
+#   WARMUP_RATIO            script (0)    warmup as a fraction of the optimizer steps (--warmup_ratio)
+#   WARMUP_STEPS            0             warmup optimizer steps; > 0 wins over WARMUP_RATIO (transformers' rule)
+#   FINETUNING_TYPE         full          full | freeze | lora (LLaMA-Factory --finetuning_type)
 #   PRECISION               bf16          bf16 | fp16 | fp32 (fp32 passes neither --bf16 nor --fp16)
-#   CUTOFF_LEN              32768         max tokens per sample (prompt + response); longer ones are truncated and a
+#   CUTOFF_LEN              script (32768) max tokens per sample (prompt + response); longer ones are truncated and a
 #                                         sample cut inside an observation is dropped (see the mask report)
 #   PACKING                 false         (sft only) pack samples into cutoff_len rows; masking still applies
 #   IGNORE_OBSERVATION      true          mask <observation>...</observation> (and the whitespace around it)
@@ -26,7 +31,12 @@
 #   PREF_BETA               0.1           (dpo only) DPO beta
 #   PREF_LOSS               sigmoid       (dpo only) sigmoid | hinge | ipo | kto_pair | orpo | simpo
 #   DEEPSPEED_CONFIG        <repo>/configs/deepspeed/ds_z3_config.json
-#                                         ZeRO-3; ds_z3_offload_config.json adds CPU offload; empty = no DeepSpeed
+#                                         ZeRO-3; ds_z3_offload_config.json adds CPU offload; empty = no DeepSpeed.
+#                                         ZeRO-3 needs the `deepspeed` package (extra: pip install -e .[deepspeed]);
+#                                         the dry run and `afm doctor` say when it is missing
+#   ATTN_IMPL               auto          auto: fa2 (FlashAttention-2) when a GPU is visible and flash_attn imports,
+#                                         else sdpa; or fa2 | sdpa | eager (LLaMA-Factory --flash_attn); the
+#                                         choice is printed
 #   SAVE_STRATEGY           epoch         no | steps | epoch
 #   SAVE_ONLY_MODEL         true          checkpoints without optimizer state (smaller, but not resumable)
 #   LOGGING_STEPS           10
@@ -34,12 +44,14 @@
 #   DDP_TIMEOUT             180000000     seconds; rank 0 preprocesses while the other ranks wait
 #   REPORT_TO               none          none | swanlab | wandb | tensorboard (comma-separated for several);
 #                                         swanlab reads SWANLAB_API_KEY from the environment and gets
-#                                         --swanlab_project/--swanlab_workspace/--swanlab_run_name/--swanlab_mode only
-#                                         for those of SWANLAB_PROJECT/_WORKSPACE/_RUN_NAME/_MODE that are set;
+#                                         --swanlab_project/--swanlab_workspace/--swanlab_run_name/--swanlab_mode/
+#                                         --swanlab_logdir only for those of SWANLAB_PROJECT/_WORKSPACE/_RUN_NAME/
+#                                         _MODE/_LOG_DIR that are set (SWANLAB_MODE=local: offline, no account;
+#                                         install it with the swanlab extra);
 #                                         wandb reads WANDB_API_KEY and WANDB_PROJECT itself. Keys are never printed.
 #   CUDA_VISIBLE_DEVICES    (kept)        used as given when set; otherwise every GPU of the node
-#   NNODES                  1             nodes in the job; run the script once on every node
-#   NODE_RANK               0             0 .. NNODES-1
+#   NNODES                  script (1)    nodes in the job; run the script once on every node
+#   NODE_RANK               $RANK or 0    0 .. NNODES-1 (schedulers that export RANK per node need nothing else)
 #   MASTER_ADDR             127.0.0.1     address of node 0, reachable from every node (set it when NNODES > 1)
 #   MASTER_PORT             29500
 #   NPROC_PER_NODE          (GPUs seen)   processes per node: the GPUs in CUDA_VISIBLE_DEVICES, else nvidia-smi -L
@@ -50,6 +62,12 @@
 #   DRY_RUN                 0             1: print the resolved environment and command, run nothing
 #   MASK_REPORT             0             N > 0: run `afm-sft mask-report --show N` on the same flags (tokenize and
 #                                         mask the data, print the counts and N samples, no model, no GPU) and stop
+#
+# The original project's names are accepted as aliases (a note says so): DATA_DATA (DATASET), TEMPALTE (TEMPLATE),
+# LEARNING_RATES (LEARNING_RATE), WARMUP_RATIOS (WARMUP_RATIO), GRADIENT_ACCUMULATIONS (GRADIENT_ACCUMULATION),
+# BATCH_SIZES (BATCH_SIZE), OUTPUT_DIR_BASE (OUTPUT_DIR, without the grid-search subfolder), ignore_observation,
+# ignore_observation_token, finetuning_type (their upper-case knobs); STAGE is the script's own (sft, or dpo in
+# dpo_qwen2.5_32b.sh) and a different value is refused. An exported variable spelt like a knob but not one (LEARNNG_RATE) gets a warning.
 #
 # The command is printed before it runs, OUTPUT_DIR is created and everything is appended to
 # $OUTPUT_DIR/training.log ($OUTPUT_DIR/training.node<R>.log on node R > 0).
@@ -62,12 +80,47 @@ AFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../scripts/knobs.sh
 source "$AFM_ROOT/scripts/knobs.sh"
 
-# Print the knob table above (the header comment of this file).
+# Every knob name (for the misspelling check) and the original project's names: afm name=original name.
+AFM_SFT_KNOBS=(MODEL_PATH OUTPUT_DIR DATASET DATASET_DIR TEMPLATE LEARNING_RATE BATCH_SIZE GRADIENT_ACCUMULATION EPOCHS
+  LR_SCHEDULER WARMUP_RATIO WARMUP_STEPS FINETUNING_TYPE STAGE PRECISION CUTOFF_LEN PACKING IGNORE_OBSERVATION
+  IGNORE_OBSERVATION_TOKEN IGNORE_OBSERVATION_CHECK PREF_BETA PREF_LOSS DEEPSPEED_CONFIG ATTN_IMPL SAVE_STRATEGY SAVE_ONLY_MODEL LOGGING_STEPS
+  PREPROCESSING_NUM_WORKERS DDP_TIMEOUT REPORT_TO CUDA_VISIBLE_DEVICES NNODES NODE_RANK RANK MASTER_ADDR MASTER_PORT
+  NPROC_PER_NODE EXTRA_ARGS AFM_SFT AFM_VENV DRY_RUN MASK_REPORT SWANLAB_PROJECT SWANLAB_WORKSPACE SWANLAB_RUN_NAME
+  SWANLAB_MODE SWANLAB_API_KEY SWANLAB_LOG_DIR)
+AFM_SFT_ALIASES=(DATASET=DATA_DATA TEMPLATE=TEMPALTE LEARNING_RATE=LEARNING_RATES WARMUP_RATIO=WARMUP_RATIOS
+  GRADIENT_ACCUMULATION=GRADIENT_ACCUMULATIONS BATCH_SIZE=BATCH_SIZES OUTPUT_DIR=OUTPUT_DIR_BASE
+  IGNORE_OBSERVATION=ignore_observation IGNORE_OBSERVATION_TOKEN=ignore_observation_token
+  FINETUNING_TYPE=finetuning_type)
+# Per-script defaults beyond model/output/dataset, as NAME=value words; a script sets it before afm_launch.
+AFM_SCRIPT_DEFAULTS=()
+
+# Print the script's defaults and the knob table above (the header comment of this file).
 afm_usage() {
-  local script=$1
+  local script=$1 model=$2 output=$3 dataset=$4 d
   echo "usage: [VAR=value ...] bash $script [extra LLaMA-Factory flags ...]"
   echo
+  echo "defaults of this script:"
+  printf '  %-24s %s\n' MODEL_PATH "$model" OUTPUT_DIR "<repo>/$output" DATASET "$dataset"
+  for d in "${AFM_SCRIPT_DEFAULTS[@]}"; do printf '  %-24s %s\n' "${d%%=*}" "${d#*=}"; done
+  echo
   sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed -e 's/^# \{0,1\}//'
+}
+
+# A path knob the user gave: relative values are taken from the directory the script was started in.
+afm_abs_path() {
+  if [[ $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "${PWD%/}/${1#./}"; fi
+}
+
+# The python that runs the launcher: the interpreter beside it (a venv's bin/), else python3.
+afm_launcher_python() {
+  local dir
+  if [[ $1 == */* ]]; then dir=$(dirname "$1"); else dir=$(dirname "$(command -v "$1" 2> /dev/null || echo ./x)"); fi
+  if [[ -x $dir/python ]]; then echo "$dir/python"; else echo python3; fi
+}
+
+# True when PYTHON can import MODULE (found, not imported: no CUDA initialisation).
+afm_has_module() {
+  "$1" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$2') is None)" > /dev/null 2>&1
 }
 
 # Number of GPUs this node would use: CUDA_VISIBLE_DEVICES when set, else nvidia-smi, else 0.
@@ -104,16 +157,29 @@ afm_launch() {
   local arg
   for arg in "$@"; do
     if [[ $arg == -h || $arg == --help ]]; then
-      afm_usage "$script"
+      afm_usage "$script" "$default_model" "$default_output" "$default_dataset"
       exit 0
     fi
   done
+  local pair
+  for pair in "${AFM_SFT_ALIASES[@]}"; do afm_alias "${pair%%=*}" "${pair#*=}"; done
+  local name
+  for pair in "${AFM_SCRIPT_DEFAULTS[@]}"; do
+    name=${pair%%=*}
+    [[ -n ${!name:-} ]] || printf -v "$name" '%s' "${pair#*=}"
+  done
+  afm_warn_unknown_knobs "${AFM_SFT_KNOBS[@]}" "${AFM_SFT_ALIASES[@]#*=}"
 
   # ---- knobs -------------------------------------------------------------------------------------------------
   local model_path=${MODEL_PATH:-$default_model}
-  local output_dir=${OUTPUT_DIR:-$AFM_ROOT/$default_output}
+  # A relative MODEL_PATH that exists here is a local folder; anything else is a hub id.
+  [[ $model_path != /* && -e $model_path ]] && model_path=$(afm_abs_path "$model_path")
+  local output_dir=$AFM_ROOT/$default_output
+  [[ -n ${OUTPUT_DIR:-} ]] && output_dir=$(afm_abs_path "$OUTPUT_DIR")
   local dataset=${DATASET:-$default_dataset}
-  local dataset_dir=${DATASET_DIR:-$AFM_ROOT/data}
+  local dataset_dir=$AFM_ROOT/data
+  [[ -n ${DATASET_DIR:-} ]] && dataset_dir=$DATASET_DIR
+  [[ $dataset_dir == ONLINE ]] || dataset_dir=$(afm_abs_path "$dataset_dir")
   local template=${TEMPLATE:-qwen}
   local learning_rate=${LEARNING_RATE:-1e-6}
   local batch_size=${BATCH_SIZE:-1}
@@ -121,7 +187,10 @@ afm_launch() {
   local epochs=${EPOCHS:-4.0}
   local lr_scheduler=${LR_SCHEDULER:-linear}
   local warmup_steps=${WARMUP_STEPS:-0}
+  local warmup_ratio=${WARMUP_RATIO:-0}
+  local attn_impl=${ATTN_IMPL:-auto}
   local precision=${PRECISION:-bf16}
+  local finetuning_type=${FINETUNING_TYPE:-full}
   local cutoff_len=${CUTOFF_LEN:-32768}
   local packing ignore_obs save_only_model
   packing=$(afm_bool PACKING "${PACKING:-false}")
@@ -139,7 +208,8 @@ afm_launch() {
   local ddp_timeout=${DDP_TIMEOUT:-180000000}
   local report_to=${REPORT_TO:-none}
   local nnodes=${NNODES:-1}
-  local node_rank=${NODE_RANK:-0}
+  # The original read the node's rank from RANK (set by its scheduler); NODE_RANK wins when both are set.
+  local node_rank=${NODE_RANK:-${RANK:-0}}
   local master_addr=${MASTER_ADDR:-127.0.0.1}
   local master_port=${MASTER_PORT:-29500}
   local dry_run mask_report=${MASK_REPORT:-0}
@@ -147,6 +217,14 @@ afm_launch() {
 
   # ---- checks (before anything starts) ------------------------------------------------------------------------
   [[ $stage == sft || $stage == dpo ]] || afm_die "stage must be sft or dpo (got '$stage')"
+  if [[ -n ${STAGE:-} && ${STAGE,,} != "$stage" ]]; then
+    afm_die "STAGE=$STAGE, but $script trains stage $stage (DPO: sft_scripts/dpo_qwen2.5_32b.sh; SFT: the" \
+      "sft_scripts/<agent>/ scripts)"
+  fi
+  case "$finetuning_type" in
+    full | freeze | lora) ;;
+    *) afm_die "FINETUNING_TYPE must be full, freeze or lora (got '$finetuning_type')" ;;
+  esac
   case "$precision" in
     bf16 | fp16 | fp32) ;;
     *) afm_die "PRECISION must be bf16, fp16 or fp32 (got '$precision')" ;;
@@ -157,6 +235,12 @@ afm_launch() {
   afm_is_posint "$grad_accum" || afm_die "GRADIENT_ACCUMULATION must be a positive integer (got '$grad_accum')"
   afm_is_posint "$cutoff_len" || afm_die "CUTOFF_LEN must be a positive integer (got '$cutoff_len')"
   afm_is_uint "$warmup_steps" || afm_die "WARMUP_STEPS must be a whole number of steps (got '$warmup_steps')"
+  afm_is_number "$warmup_ratio" && awk -v r="$warmup_ratio" 'BEGIN { exit !(r < 1) }' ||
+    afm_die "WARMUP_RATIO must be a fraction of the steps, 0 <= WARMUP_RATIO < 1 (got '$warmup_ratio')"
+  case "$attn_impl" in
+    auto | fa2 | fa3 | sdpa | eager) ;;
+    *) afm_die "ATTN_IMPL must be auto, fa2, fa3, sdpa or eager (got '$attn_impl')" ;;
+  esac
   afm_is_posint "$logging_steps" || afm_die "LOGGING_STEPS must be a positive integer (got '$logging_steps')"
   afm_is_posint "$num_workers" || afm_die "PREPROCESSING_NUM_WORKERS must be a positive integer (got '$num_workers')"
   afm_is_posint "$ddp_timeout" || afm_die "DDP_TIMEOUT must be a positive number of seconds (got '$ddp_timeout')"
@@ -236,6 +320,7 @@ afm_launch() {
         [[ -n ${SWANLAB_WORKSPACE:-} ]] && tracking+=(--swanlab_workspace "$SWANLAB_WORKSPACE")
         [[ -n ${SWANLAB_RUN_NAME:-} ]] && tracking+=(--swanlab_run_name "$SWANLAB_RUN_NAME")
         [[ -n ${SWANLAB_MODE:-} ]] && tracking+=(--swanlab_mode "$SWANLAB_MODE")
+        [[ -n ${SWANLAB_LOG_DIR:-} ]] && tracking+=(--swanlab_logdir "$(afm_abs_path "$SWANLAB_LOG_DIR")")
         if [[ -z ${SWANLAB_API_KEY:-} && ${SWANLAB_MODE:-cloud} != local && $dry_run == false ]]; then
           afm_warn "REPORT_TO=swanlab without SWANLAB_API_KEY: swanlab needs a previous 'swanlab login'"
         fi
@@ -261,12 +346,32 @@ afm_launch() {
     if [[ -x $venv/bin/afm-sft ]]; then launcher=("$venv/bin/afm-sft"); else launcher=(afm-sft); fi
   fi
 
+  # ---- attention kernel and DeepSpeed, as the launcher's python sees them --------------------------------------
+  local py attn=$attn_impl attn_why="ATTN_IMPL=$attn_impl"
+  py=$(afm_launcher_python "${launcher[0]}")
+  if [[ $attn == auto ]]; then
+    if ((gpus == 0)); then
+      attn=sdpa attn_why="no GPU visible"
+    elif afm_has_module "$py" flash_attn; then
+      attn=fa2 attn_why="GPU and flash_attn found"
+    else
+      attn=sdpa attn_why="flash_attn is not installed (pip install flash-attn for FlashAttention-2)"
+    fi
+  fi
+  local attn_flag=$attn
+  [[ $attn == eager ]] && attn_flag=disabled
+  local ds_note=""
+  if [[ -n $deepspeed ]] && ! afm_has_module "$py" deepspeed; then
+    ds_note="DeepSpeed ZeRO-3 is configured (DEEPSPEED_CONFIG) but the deepspeed package is not installed in"
+    ds_note+=" $py: pip install -e '.[deepspeed]' (or set DEEPSPEED_CONFIG= to train without DeepSpeed)"
+  fi
+
   local flags=(
     --model_name_or_path "$model_path"
     --trust_remote_code true
     --stage "$stage"
     --do_train true
-    --finetuning_type full
+    --finetuning_type "$finetuning_type"
     --dataset "$dataset"
     --dataset_dir "$dataset_dir"
     --template "$template"
@@ -277,7 +382,6 @@ afm_launch() {
     --learning_rate "$learning_rate"
     --num_train_epochs "$epochs"
     --lr_scheduler_type "$lr_scheduler"
-    --warmup_steps "$warmup_steps"
     --logging_steps "$logging_steps"
     --save_strategy "$save_strategy"
     --save_only_model "$save_only_model"
@@ -285,6 +389,12 @@ afm_launch() {
     --preprocessing_num_workers "$num_workers"
     --ddp_timeout "$ddp_timeout"
   )
+  # transformers: a warmup_ratio overrides warmup_steps, so only one of them is passed.
+  if ((warmup_steps == 0)) && awk -v r="$warmup_ratio" 'BEGIN { exit !(r > 0) }'; then
+    flags+=(--warmup_ratio "$warmup_ratio")
+  else
+    flags+=(--warmup_steps "$warmup_steps")
+  fi
   flags+=(--ignore_observation "$ignore_obs")
   if [[ $ignore_obs == true ]]; then
     flags+=(--ignore_observation_token "$obs_token" --ignore_observation_check "$obs_check")
@@ -300,6 +410,7 @@ afm_launch() {
     bf16) train_only+=(--bf16 true) ;;
     fp16) train_only+=(--fp16 true) ;;
   esac
+  train_only+=(--flash_attn "$attn_flag")
   train_only+=(--report_to "$report_flag" "${tracking[@]}")
   [[ -n $deepspeed ]] && train_only+=(--deepspeed "$deepspeed")
   local extra=()
@@ -337,6 +448,7 @@ afm_launch() {
   summary=$(
     echo "[afm] $script: stage=$stage nodes=$nnodes node_rank=$node_rank processes/node=$nproc" \
       "global batch=$((batch_size * grad_accum * nproc * nnodes))"
+    echo "[afm] attention: $attn ($attn_why)"
     if ((${#env_lines[@]} > 0)); then
       printf '[afm] environment:\n'
       printf '  %s\n' "${env_lines[@]}"
@@ -346,17 +458,22 @@ afm_launch() {
   )
   if [[ $dry_run == true ]]; then
     printf '%s\n' "$summary"
+    [[ -n $ds_note ]] && afm_warn "$ds_note"
     return 0
   fi
 
   if ! command -v "${launcher[0]}" > /dev/null 2>&1; then
     afm_die "'${launcher[0]}' not found: run 'bash scripts/install.sh', activate the environment or set AFM_SFT"
   fi
+  [[ -z $ds_note ]] || afm_die "$ds_note"
   # A launcher given by path brings its environment's torchrun (LLaMA-Factory runs `torchrun` from PATH).
   if [[ ${launcher[0]} == */* ]]; then
     PATH="$(cd "$(dirname "${launcher[0]}")" && pwd):$PATH"
     export PATH
   fi
+  # SWANLAB_PROJECT went in as --swanlab_project; swanlab >= 0.10 would also parse the variable as its own nested
+  # settings (JSON) and fail on a plain name.
+  unset SWANLAB_PROJECT
   mkdir -p "$output_dir"
   local log=$output_dir/$log_name
   {

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# SFT of Qwen2.5-32B-Instruct on web-agent Chain-of-Agents trajectories (full fine-tuning, observations masked).
-#
-#   bash sft_scripts/sft_qwen2.5_32b.sh                                # defaults below
-#   DRY_RUN=1 bash sft_scripts/sft_qwen2.5_32b.sh                      # print the resolved command, run nothing
-#   MASK_REPORT=2 bash sft_scripts/sft_qwen2.5_32b.sh                  # check masking and lengths on the data first
-#   LEARNING_RATE=5e-6 EPOCHS=2 bash sft_scripts/sft_qwen2.5_32b.sh --max_samples 1000   # knobs + extra LLaMA-Factory flags
-#   NNODES=2 NODE_RANK=<0|1> MASTER_ADDR=<node 0 address> bash sft_scripts/sft_qwen2.5_32b.sh   # on each node
-#
-# Defaults of this script (each one an environment variable):
-#   MODEL_PATH=Qwen/Qwen2.5-32B-Instruct  OUTPUT_DIR=saves/qwen2.5_32b_sft (under the repo)
-#   DATASET=web_agent_sft  (stage sft)
-# Memory: full 32B training at 32k tokens is tight on one 8x80GB node; use NNODES=2, or
-# DEEPSPEED_CONFIG=configs/deepspeed/ds_z3_offload_config.json (slower; needs several hundred GB of host RAM).
-# Every other knob and its default (LEARNING_RATE=1e-6, BATCH_SIZE=1, GRADIENT_ACCUMULATION=8, EPOCHS=4.0,
-# PRECISION=bf16, CUTOFF_LEN=32768, DeepSpeed ZeRO-3, IGNORE_OBSERVATION=true, CUDA_VISIBLE_DEVICES, NNODES, ...)
-# is listed in sft_scripts/common.sh and printed by: bash sft_scripts/sft_qwen2.5_32b.sh --help
+# Moved: the SFT scripts are now one per agent, as in the original project, each with its own learning rate,
+# warmup, batch, epochs and cutoff (one script for every task trained every task with the web agent's values).
+# Use:
+#   bash sft_scripts/web_agent/sft_qwen2.5_32b.sh
+#   bash sft_scripts/code_agent/sft_qwen2.5_32b.sh
+# This file only says so (and exits 2), so that an old command line cannot train with another task's defaults.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-afm_launch sft "sft_scripts/sft_qwen2.5_32b.sh" "Qwen/Qwen2.5-32B-Instruct" "saves/qwen2.5_32b_sft" "web_agent_sft" "$@"
+message() {
+  echo "sft_scripts/sft_qwen2.5_32b.sh has moved: the SFT scripts are one per agent, with that agent's defaults. Use:"
+  sed -n 's/^#   bash /  bash /p' "${BASH_SOURCE[0]}"
+}
+for arg in "$@"; do
+  if [[ $arg == -h || $arg == --help ]]; then
+    message
+    exit 0
+  fi
+done
+message >&2
+exit 2

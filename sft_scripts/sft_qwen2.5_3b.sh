@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# SFT of Qwen2.5-3B-Instruct on multi-hop QA Chain-of-Agents trajectories (full fine-tuning, observations masked).
-#
-#   bash sft_scripts/sft_qwen2.5_3b.sh                                # defaults below
-#   DRY_RUN=1 bash sft_scripts/sft_qwen2.5_3b.sh                      # print the resolved command, run nothing
-#   MASK_REPORT=2 bash sft_scripts/sft_qwen2.5_3b.sh                  # check masking and lengths on the data first
-#   LEARNING_RATE=5e-6 EPOCHS=2 bash sft_scripts/sft_qwen2.5_3b.sh --max_samples 1000   # knobs + extra LLaMA-Factory flags
-#   NNODES=2 NODE_RANK=<0|1> MASTER_ADDR=<node 0 address> bash sft_scripts/sft_qwen2.5_3b.sh   # on each node
-#
-# Defaults of this script (each one an environment variable):
-#   MODEL_PATH=Qwen/Qwen2.5-3B-Instruct  OUTPUT_DIR=saves/qwen2.5_3b_sft (under the repo)
-#   DATASET=mhqa_agent_sft  (stage sft)
-# The original 3B recipe trained the MHQA agent; its trajectories are short (CUTOFF_LEN=5120 is enough there).
-# Every other knob and its default (LEARNING_RATE=1e-6, BATCH_SIZE=1, GRADIENT_ACCUMULATION=8, EPOCHS=4.0,
-# PRECISION=bf16, CUTOFF_LEN=32768, DeepSpeed ZeRO-3, IGNORE_OBSERVATION=true, CUDA_VISIBLE_DEVICES, NNODES, ...)
-# is listed in sft_scripts/common.sh and printed by: bash sft_scripts/sft_qwen2.5_3b.sh --help
+# Moved: the SFT scripts are now one per agent, as in the original project, each with its own learning rate,
+# warmup, batch, epochs and cutoff (one script for every task trained every task with the web agent's values).
+# Use:
+#   bash sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh
+# This file only says so (and exits 2), so that an old command line cannot train with another task's defaults.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-afm_launch sft "sft_scripts/sft_qwen2.5_3b.sh" "Qwen/Qwen2.5-3B-Instruct" "saves/qwen2.5_3b_sft" "mhqa_agent_sft" "$@"
+message() {
+  echo "sft_scripts/sft_qwen2.5_3b.sh has moved: the SFT scripts are one per agent, with that agent's defaults. Use:"
+  sed -n 's/^#   bash /  bash /p' "${BASH_SOURCE[0]}"
+}
+for arg in "$@"; do
+  if [[ $arg == -h || $arg == --help ]]; then
+    message
+    exit 0
+  fi
+done
+message >&2
+exit 2

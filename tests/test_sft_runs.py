@@ -98,3 +98,40 @@ def test_mask_report_command(tiny_model, demo_data, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "would" in proc.stdout and "unclosed_observation" in proc.stdout and "⟦<observation>" in proc.stdout
     assert json.loads((tmp_path / "r.json").read_text())["train"]["samples_dropped"] == 2
+
+
+def test_sft_script_logs_to_swanlab_offline(tiny_model, demo_data, tmp_path):
+    """REPORT_TO=swanlab through the SFT script, in SwanLab's local mode: no account, no network."""
+    pytest.importorskip("swanlab")
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out, logdir = tmp_path / "sft", tmp_path / "swanlog"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+        "AFM_SFT": f"{sys.executable} -m afm.sft.cli", "MODEL_PATH": str(tiny_model), "DATASET_DIR": str(demo_data),
+        "DATASET": "afm_demo_sft", "OUTPUT_DIR": str(out), "PRECISION": "fp32", "DEEPSPEED_CONFIG": "",
+        "CUTOFF_LEN": "1024", "PREPROCESSING_NUM_WORKERS": "1", "GRADIENT_ACCUMULATION": "1", "EPOCHS": "1",
+        "CUDA_VISIBLE_DEVICES": "", "MASTER_PORT": str(port), "EXTRA_ARGS": "--max_steps 2 --logging_steps 1",
+        "SAVE_STRATEGY": "no", "REPORT_TO": "swanlab", "SWANLAB_MODE": "local", "SWANLAB_LOG_DIR": str(logdir),
+        "SWANLAB_PROJECT": "afm-test",
+    }
+    proc = subprocess.run([shutil.which("bash") or "/bin/bash", str(repo / "sft_scripts/web_agent/sft_qwen2.5_7b.sh")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    log = (out / "training.log").read_text()
+    assert proc.returncode == 0, log[-3000:]
+    assert "--use_swanlab true" in log and "--swanlab_mode local" in log
+    runs = list(logdir.glob("run-*/run-*.swanlab"))
+    assert len(runs) == 1, sorted(p.name for p in logdir.rglob("*"))
+    data = runs[0].read_bytes()
+    assert b"loss" in data  # the trainer's metrics were logged
+    assert "afm-test" in (runs[0].parent / "debug" / "debug.log").read_text() or b"afm-test" in data

@@ -29,3 +29,151 @@ def test_shellcheck():
     proc = subprocess.run([shellcheck, "-x", "-P", "SCRIPTDIR", "-S", "warning", *map(str, SCRIPTS)],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+# ---- --help, DRY_RUN, relative paths and the tokenizer rule of the user-facing scripts ---------------------------
+
+BASH = shutil.which("bash") or "/bin/bash"
+# The scripts users run (a shebang; sourced libraries have none). test.sh and quickstart.sh pass their arguments on
+# to pytest / `afm quickstart` after installing, so they are not in this list.
+HELP_SCRIPTS = sorted(
+    p.relative_to(REPO).as_posix() for p in SCRIPTS
+    if p.relative_to(REPO).parts[0] in ("sft_scripts", "experiments", "inference", "evaluation", "data", "scripts")
+    and p.read_text().startswith("#!") and p.name not in ("test.sh", "quickstart.sh")
+)
+
+
+def _run(script: str, *args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    base.update(env)
+    return subprocess.run([BASH, str(REPO / script), *args], env=base, cwd=cwd or REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_help_scripts_found():
+    assert {"scripts/install.sh", "inference/inference.sh", "evaluation/eval_web_agent.sh", "data/prepare_rl.sh",
+            "evaluation/serve_model.sh", "experiments/train_ppo_mhqa_agent.sh", "experiments/ray_cluster.sh",
+            "sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh"} <= set(HELP_SCRIPTS)
+
+
+@pytest.mark.parametrize("script", HELP_SCRIPTS)
+def test_every_help_prints_help_and_exits_0(script, tmp_path):
+    # No knob set, so a script that ignored --help would fail (missing INPUT/MODEL) or start a job (install.sh).
+    proc = _run(script, "--help", cwd=tmp_path, AFM_VENV=str(tmp_path / "must-not-be-created"))
+    assert proc.returncode == 0, proc.stderr
+    pointer = script.startswith("sft_scripts/sft_qwen2.5_")  # moved: says which per-agent script to use
+    assert len(proc.stdout.splitlines()) >= (2 if pointer else 3)
+    no_dry_run = ("scripts/install.sh", "experiments/ray_cluster.sh")  # they print, start or stop nothing else
+    assert "DRY_RUN" in proc.stdout or script in no_dry_run or pointer
+    assert not (tmp_path / "must-not-be-created").exists() and list(tmp_path.iterdir()) == []
+
+
+def _fake_python(tmp_path: Path) -> Path:
+    marker = tmp_path / "launched"
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!/usr/bin/env bash\ntouch {marker}\n")
+    fake.chmod(0o755)
+    return fake
+
+
+DRY_RUN_CASES = {  # script -> the knobs it needs to get as far as launching
+    "inference/inference.sh": {"INPUT": "q.jsonl", "MODEL": "m", "TOKENIZER": "t"},
+    "evaluation/eval_web_agent.sh": {"MODEL": "m", "TOKENIZER": "t"},
+    "evaluation/eval_code_agent.sh": {"MODEL": "m", "TOKENIZER": "t"},
+    "evaluation/eval_mhqa.sh": {"MODEL": "m", "TOKENIZER": "t"},
+    "evaluation/serve_model.sh": {"MODEL_PATH": "m"},
+    "data/distill.sh": {"INPUT": "q.jsonl"},
+    "data/select_rl.sh": {"MODE": "web", "QUESTIONS": "q.jsonl", "MODEL": "m", "TOKENIZER": "t"},
+    "data/prepare_rl.sh": {"OUT_DIR": "out"},
+}
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", "yes", "on", "1"])
+@pytest.mark.parametrize("script", sorted(DRY_RUN_CASES))
+def test_dry_run_is_one_boolean_rule(script, value, tmp_path):
+    fake = _fake_python(tmp_path)
+    args = ("demo",) if script == "data/prepare_rl.sh" else ()
+    env = {**DRY_RUN_CASES[script], "PYTHON": str(fake), "AFM": str(fake), "DRY_RUN": value,
+           "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    (tmp_path / "vllm").symlink_to(fake)
+    proc = _run(script, *args, cwd=tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert str(fake) in proc.stdout or "vllm serve" in proc.stdout  # the command is printed
+    assert not (tmp_path / "launched").exists()  # ... and not run
+
+
+@pytest.mark.parametrize("script", sorted(DRY_RUN_CASES))
+def test_a_bad_dry_run_value_is_refused(script, tmp_path):
+    fake = _fake_python(tmp_path)
+    args = ("demo",) if script == "data/prepare_rl.sh" else ()
+    proc = _run(script, *args, cwd=tmp_path, **DRY_RUN_CASES[script], PYTHON=str(fake), AFM=str(fake),
+                DRY_RUN="maybe")
+    assert proc.returncode == 2 and "DRY_RUN must be true or false (got 'maybe')" in proc.stderr
+    assert not (tmp_path / "launched").exists()
+
+
+def _printed_flags(stdout: str) -> dict[str, str]:
+    argv = stdout.strip().splitlines()[-1].split()
+    return {a[2:]: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+
+
+def test_relative_paths_are_taken_from_the_current_directory(tmp_path):
+    proc = _run("inference/inference.sh", cwd=tmp_path, INPUT="q.jsonl", OUTPUT="o/out.jsonl", MODEL="m",
+                TOKENIZER="t", TOOLS_CONFIG="tools.yaml", DRY_RUN="1")
+    f = _printed_flags(proc.stdout)
+    assert f["input"] == f"{tmp_path}/q.jsonl" and f["output"] == f"{tmp_path}/o/out.jsonl"
+    assert f["tools-config"] == f"{tmp_path}/tools.yaml"
+    proc = _run("evaluation/eval_mhqa.sh", cwd=tmp_path, MODEL="m", TOKENIZER="t", RUN_DIR="r", DATA_ROOT="AFM/data",
+                DRY_RUN="1")
+    f = _printed_flags(proc.stdout)
+    assert f["run-dir"] == f"{tmp_path}/r" and f["data-root"] == f"{tmp_path}/AFM/data"
+    proc = _run("data/prepare_rl.sh", "demo", cwd=tmp_path, OUT_DIR="rl", DRY_RUN="1", AFM="afm")
+    assert f"--output {tmp_path}/rl/mhqa_train.parquet" in proc.stdout
+    # defaults stay under the repo
+    proc = _run("inference/inference.sh", cwd=tmp_path, INPUT="q.jsonl", MODEL="m", TOKENIZER="t", DRY_RUN="1")
+    assert _printed_flags(proc.stdout)["output"] == str(REPO / "runs/infer/q.jsonl")
+
+
+def test_tokenizer_rule(tmp_path):
+    env = {"INPUT": "q.jsonl", "MODEL": "served-x", "DRY_RUN": "1"}
+    # a served name alone is not a tokenizer: a clear question, no hub guess
+    proc = _run("evaluation/eval_web_agent.sh", cwd=tmp_path, **env)
+    assert proc.returncode == 2 and "set TOKENIZER to the model folder" in proc.stderr and "[eval]" not in proc.stdout
+    proc = _run("inference/inference.sh", cwd=tmp_path, **env)
+    assert proc.returncode == 2 and "set TOKENIZER" in proc.stderr
+    # AFM_MODEL_PATH (environment.sh) is the model inference/ and evaluation/ run
+    (tmp_path / "model").mkdir()
+    proc = _run("inference/inference.sh", cwd=tmp_path, **env, AFM_MODEL_PATH="model")
+    assert _printed_flags(proc.stdout)["tokenizer"] == f"{tmp_path}/model"
+    # the path serve_model.sh recorded for the served name wins over AFM_MODEL_PATH
+    record = REPO / "runs/serve/served-x.model_path"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text("/models/served-x\n")
+    try:
+        proc = _run("evaluation/eval_code_agent.sh", cwd=tmp_path, **env, AFM_MODEL_PATH="model")
+        assert _printed_flags(proc.stdout)["tokenizer"] == "/models/served-x"
+        proc = _run("inference/inference.sh", cwd=tmp_path, **env, TOKENIZER="tok")
+        assert _printed_flags(proc.stdout)["tokenizer"] == "tok"  # TOKENIZER always wins
+    finally:
+        record.unlink()
+    # BACKEND=hf: the model folder is its own tokenizer
+    proc = _run("inference/inference.sh", cwd=tmp_path, **{**env, "MODEL": "model"}, BACKEND="hf")
+    assert _printed_flags(proc.stdout)["tokenizer"] == f"{tmp_path}/model"
+
+
+def test_eval_and_inference_defaults_match_the_mapping_table(tmp_path):
+    import re
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from mapping_table import backticked, read_table, reason_given, same, value
+
+    rows = read_table("eval-defaults")
+    knobs = {"MODEL": "m", "TOKENIZER": "t", "MODEL_PATH": "m", "INPUT": "q.jsonl", "DRY_RUN": "1"}
+    for row in rows:
+        script = backticked(row["script"])[0]
+        flag = re.search(r"--([a-z0-9-]+)", row["knob (reaches)"]).group(1)
+        assert reason_given(row["afm"]), row
+        proc = _run(script, cwd=tmp_path, **knobs)
+        assert proc.returncode == 0, proc.stderr
+        assert same(_printed_flags(proc.stdout.replace("[serve] ", ""))[flag], value(row["afm"])), row

@@ -19,12 +19,31 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[2]
 VERL_CONFIG = Path(verl.__file__).parent / "trainer" / "config"
 SCRIPTS = {t: ROOT / "experiments" / f"train_dapo_{t}_agent.sh" for t in ("web", "code", "mhqa")}
+SCRIPTS["ppo_mhqa"] = ROOT / "experiments" / "train_ppo_mhqa_agent.sh"
+# The original project's RL variable names -> (value, the composed key that must carry it).
+ORIGINAL_RL_NAMES = {
+    "ACTOR_LR": ("2e-6", "actor_rollout_ref.actor.optim.lr", 2e-6),
+    "TRAIN_BS": ("32", "data.train_batch_size", 32),
+    "PPO_MINI_BS": ("16", "actor_rollout_ref.actor.ppo_mini_batch_size", 16),
+    "N": ("4", "actor_rollout_ref.rollout.n", 4),
+    "GEN_TP": ("2", "actor_rollout_ref.rollout.tensor_model_parallel_size", 2),
+    "BASE_MODEL": ("/models/base", "actor_rollout_ref.model.path", "/models/base"),
+    "TRAIN_DATASETS": ("/d/train.parquet", "data.train_files", "/d/train.parquet"),
+    "VAL_DATASETS": ("/d/val.parquet", "data.val_files", "/d/val.parquet"),
+    "EPOCHS": ("3", "trainer.total_epochs", 3),
+    "STEPS": ("7", "trainer.total_training_steps", 7),
+    "PPO_MICRO_BSZ_PER_GPU": ("1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1),
+    "LOG_PROB_MICRO_BSZ_PER_GPU": ("4", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 4),
+}
 # Knobs a developer's shell might hold; the tests start from none of them.
 KNOBS = ("MODEL_PATH", "AFM_MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "NNODES", "GPUS_PER_NODE", "ROLLOUT_ENGINE",
          "TP", "ROLLOUT_N", "MAX_TURNS", "EXPERIMENT_NAME", "PROJECT_NAME", "LOGGER", "CKPT_DIR", "RESUME_MODE",
          "RESUME_FROM_PATH", "SAVE_FREQ", "TEST_FREQ", "STAGE", "REWARD_MANAGER", "REWARD_FN", "DRY_RUN",
          "EXTRA_ARGS", "RAY_ADDRESS", "MAX_RESPONSE_LENGTH", "MAX_PROMPT_LENGTH", "TRAIN_BATCH_SIZE",
-         "MINI_BATCH_SIZE", "PYTHON", "OVERLONG_BUFFER_LEN", "VAL_DATA_DIR")
+         "MINI_BATCH_SIZE", "PYTHON", "OVERLONG_BUFFER_LEN", "VAL_DATA_DIR", "ALGORITHM", "ATTN_IMPL", "LR",
+         "GEN_BS", "KL_COEF", "CRITIC_LR", "CRITIC_WARMUP_RATIO", "CRITIC_MAX_TOKEN_LEN", "SWANLAB_LOG_DIR",
+         "SWANLAB_MODE", "SWANLAB_PROJECT", "max_prompt_length", "max_response_length", "use_dynamic_bsz",
+         "CLIP_RATIO_LOW", "CLIP_RATIO_HIGH", "SP_SIZE", *ORIGINAL_RL_NAMES)
 
 
 def run_script(task: str, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -53,7 +72,7 @@ def composed(task: str, *args: str, **env: str):
     return compose_cfg(dry_run_overrides(task, *args, **env))
 
 
-def verl_validate(cfg) -> None:
+def verl_validate(cfg, ppo: bool = False) -> None:
     """verl's own checks: validate_config (what main_ppo runs first) and the dataclass conversion of the sections
     the workers build (actor, rollout, algorithm); the reward manager name must be registered."""
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
@@ -61,7 +80,10 @@ def verl_validate(cfg) -> None:
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    assert not need_critic(cfg) and not need_reference_policy(cfg)  # GRPO, no KL: no critic, no reference model
+    if ppo:  # GAE with a critic, KL loss against the reference model
+        assert need_critic(cfg) and need_reference_policy(cfg)
+    else:  # GRPO, no KL: no critic, no reference model
+        assert not need_critic(cfg) and not need_reference_policy(cfg)
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
     algo = omega_conf_to_dataclass(cfg.algorithm)
@@ -171,7 +193,7 @@ def test_env_knobs_change_the_right_keys(tmp_path):
     assert cfg.trainer.resume_from_path == str(tmp_path / "ck/global_step_5")
     assert cfg.trainer.save_freq == 3 and cfg.trainer.test_freq == 4
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
-    assert list(cfg.data.train_files) == [str(ROOT / "a.parquet"), "/abs/b.parquet"]
+    assert list(cfg.data.train_files) == ["/a.parquet", "/abs/b.parquet"]  # relative: from the caller's cwd "/"
     assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 16
     assert cfg.trainer.total_epochs == 7  # EXTRA_ARGS, then script arguments: the last value wins
     assert cfg.data.seed == 1
@@ -275,3 +297,223 @@ def test_composed_config_round_trips_to_yaml():
     cfg = composed("code")
     text = OmegaConf.to_yaml(cfg, resolve=True)
     assert "custom_reward_function" in text
+
+
+# ---- the original's MHQA PPO recipe, its variable names, model paths, relative paths, attention -----------------
+
+
+def test_mhqa_ppo_recipe_composes_and_validates(tiny_model):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    # The critic section converts to verl's dataclass (which loads the model's config: the tiny one here).
+    cfg = composed("ppo_mhqa", MODEL_PATH=str(tiny_model))
+    critic = omega_conf_to_dataclass(cfg.critic)
+    assert critic.model.path == str(tiny_model) and critic.optim.lr == 1e-5
+    verl_validate(cfg, ppo=True)
+    a, r, c = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout, cfg.critic
+    assert cfg.algorithm.adv_estimator == "gae" and cfg.algorithm.filter_groups.enable is False
+    assert a.use_kl_loss is True and a.kl_loss_coef == 0.001 and a.kl_loss_type == "low_var_kl"
+    assert (a.clip_ratio_low, a.clip_ratio_high) == (0.2, 0.2)
+    assert r.n == 1 and cfg.data.train_batch_size == 512 and a.ppo_mini_batch_size == 256
+    assert a.optim.lr == 1e-6 and a.optim.lr_warmup_steps_ratio == 0.285
+    assert cfg.data.max_prompt_length == 2048 and cfg.data.max_response_length == 8192
+    assert r.tensor_model_parallel_size == 4 and r.gpu_memory_utilization == 0.5
+    assert r.multi_turn.max_assistant_turns == 8
+    assert c.enable is True and c.optim.lr == 1e-5 and c.optim.lr_warmup_steps_ratio == 0.05
+    assert c.use_dynamic_bsz is True and c.ppo_max_token_len_per_gpu == 100000
+    assert c.model.path == cfg.actor_rollout_ref.model.path == str(tiny_model)
+    default = dry_run_overrides("ppo_mhqa")
+    model = str(ROOT / "saves/AFM-MHQA-Agent-7B-sft")
+    assert f"actor_rollout_ref.model.path={model}" in default and f"critic.model.path={model}" in default
+    assert cfg.trainer.total_epochs == 15 and cfg.trainer.total_training_steps == 1005
+    assert cfg.trainer.save_freq == 20 and cfg.trainer.test_freq == 20
+    assert cfg.reward.reward_manager.name == "naive"
+    assert cfg.trainer.experiment_name == "ppo_mhqa_agent"
+    # the same recipe through the DAPO script's ALGORITHM knob
+    assert dry_run_overrides("mhqa", ALGORITHM="ppo") == dry_run_overrides("ppo_mhqa")
+    res = run_script("mhqa", "--dry-run", ALGORITHM="grpo")
+    assert res.returncode == 2 and "ALGORITHM must be dapo or ppo" in res.stderr
+    helped = run_script("ppo_mhqa", "--help").stdout
+    assert "ALGORITHM=ppo" in helped and "\n  ROLLOUT_N                1\n" in helped and "KL_COEF" in helped
+
+
+def test_each_task_starts_from_its_own_sft_output():
+    expected = {"web": "saves/AFM-WebAgent-32B-sft", "code": "saves/AFM-CodeAgent-32B-sft",
+                "mhqa": "saves/AFM-MHQA-Agent-7B-sft"}
+    for task, out in expected.items():
+        # AFM_MODEL_PATH (environment.sh: the model inference/evaluation serve) must not leak into RL.
+        cfg = composed(task, AFM_MODEL_PATH="/models/some-rl-model")
+        assert cfg.actor_rollout_ref.model.path == str(ROOT / out), task
+        sft_script = (ROOT / "sft_scripts").glob("*/sft_qwen2.5_*.sh")
+        assert any(f'"{out}"' in p.read_text() for p in sft_script), out
+
+
+@pytest.mark.parametrize("name", sorted(ORIGINAL_RL_NAMES))
+def test_original_variable_names_are_honoured(name):
+    value, key, expected = ORIGINAL_RL_NAMES[name]
+    env = {name: value}
+    if name == "TRAIN_BS":
+        env["MINI_BATCH_SIZE"] = "16"
+    res = run_script("mhqa", "--dry-run", **env)
+    assert res.returncode == 0, res.stderr
+    assert f"{name} -> " in res.stderr and "accepted as aliases" in res.stderr
+    cfg = compose_cfg(dry_run_overrides("mhqa", **env))
+    assert OmegaConf.select(cfg, key) == expected
+
+
+def test_gen_bs_and_misspelt_knobs_are_reported():
+    res = run_script("web", "--dry-run", GEN_BS="128", ROLOUT_N="4", TRAIN_BATCHSIZE="8")
+    assert res.returncode == 0, res.stderr
+    assert "GEN_BS (the original's generation batch) is ignored" in res.stderr
+    assert "ROLOUT_N is set but is not a knob of this script; did you mean ROLLOUT_N?" in res.stderr
+    assert "TRAIN_BATCHSIZE is set but is not a knob of this script; did you mean TRAIN_BATCH_SIZE?" in res.stderr
+
+
+def test_relative_paths_are_taken_from_the_current_directory(tmp_path):
+    (tmp_path / "model").mkdir()
+    base = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    res = subprocess.run(["bash", str(SCRIPTS["code"]), "--dry-run"], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path, env={**base, "TRAIN_FILES": "t.parquet", "MODEL_PATH": "model",
+                                            "CKPT_DIR": "ck", "VAL_FILES": ""})
+    assert res.returncode == 0, res.stderr
+    argv = shlex.split(res.stdout.split("[afm] command:\n", 1)[1].replace("\\\n", " "))
+    assert f"data.train_files={tmp_path}/t.parquet" in argv
+    assert f"actor_rollout_ref.model.path={tmp_path}/model" in argv
+    assert f"trainer.default_local_dir={tmp_path}/ck" in argv
+
+
+def test_attention_implementation_is_chosen_and_printed():
+    res = run_script("web", "--dry-run")
+    assert "attention: " in res.stdout
+    cfg = composed("web", ATTN_IMPL="eager")
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "eager"
+    cfg = composed("ppo_mhqa", ATTN_IMPL="sdpa")
+    assert cfg.critic.model.override_config.attn_implementation == "sdpa"
+    if shutil.which("nvidia-smi") is None:
+        assert "attention: sdpa (no GPU on this machine)" in res.stdout
+    res = run_script("web", "--dry-run", ATTN_IMPL="flash")
+    assert res.returncode == 2 and "ATTN_IMPL must be" in res.stderr
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for the RL python: answers the launcher's import check, records the environment of the real launch.
+if [[ $1 == -c ]]; then exit 0; fi
+env > "$FAKE_ENV_OUT"
+"""
+
+
+def test_swanlab_logging_offline(tmp_path):
+    """LOGGER=...,swanlab: the composed trainer.logger drives verl's own Tracking (what the trainer builds) into
+    SwanLab's local mode with the launcher's environment: no account, no network. A real launch hands the trainer
+    no SWANLAB_PROJECT (swanlab >= 0.10 would fail to parse it)."""
+    pytest.importorskip("swanlab")
+    ck = tmp_path / "ck"
+    env = dict(LOGGER="console,swanlab", SWANLAB_MODE="local", CKPT_DIR=str(ck), SWANLAB_PROJECT="afm")
+    res = run_script("mhqa", "--dry-run", **env)
+    assert res.returncode == 0, res.stderr
+    block = res.stdout.split("[afm] environment:\n", 1)[1].split("[afm] command:", 1)[0]
+    printed = dict(line.strip().split("=", 1) for line in block.splitlines() if line.strip())
+    assert printed == {"SWANLAB_LOG_DIR": str(ck / "swanlog"), "SWANLAB_MODE": "local"}
+    cfg = compose_cfg(dry_run_overrides("mhqa", **env))
+    assert list(cfg.trainer.logger) == ["console", "swanlab"]
+
+    code = (
+        "import sys\n"
+        "from verl.utils.tracking import Tracking\n"
+        "t = Tracking(project_name=sys.argv[1], experiment_name=sys.argv[2], default_backend=sys.argv[3].split(','),"
+        " config={'algorithm': 'dapo'})\n"
+        "t.log({'critic/score/mean': 0.25}, step=1)\n"
+        "t.finish()\n"
+    )
+    run_env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SWANLAB_")}
+    run_env.update(printed, HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code, cfg.trainer.project_name, cfg.trainer.experiment_name,
+                           ",".join(cfg.trainer.logger)], env=run_env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = list((ck / "swanlog").glob("run-*/run-*.swanlab"))
+    assert len(runs) == 1 and b"critic/score/mean" in runs[0].read_bytes()
+
+    # the real launch (a stand-in python records its environment)
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    data = tmp_path / "train.parquet"
+    data.write_bytes(b"")
+    real = run_script("mhqa", **env, PYTHON=str(fake), FAKE_ENV_OUT=str(tmp_path / "env.txt"), TRAIN_FILES=str(data),
+                      VAL_FILES="", MODEL_PATH=str(tmp_path))
+    assert real.returncode == 0, real.stderr
+    launched = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
+    assert "SWANLAB_PROJECT" not in launched
+    assert launched["SWANLAB_LOG_DIR"] == str(ck / "swanlog") and launched["SWANLAB_MODE"] == "local"
+
+
+APEX_BLOCKED_IMPORT = """
+import importlib.abc, sys
+
+class NoApex(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "apex" or name.startswith("apex."):
+            raise ImportError("apex is blocked in this test")
+        return None
+
+sys.meta_path.insert(0, NoApex())
+import verl.trainer.main_ppo, verl.trainer.ppo.v1.trainer_sync, verl.trainer.ppo.core_algos
+import verl.workers.engine_workers, verl.workers.engine.fsdp, verl.utils.tracking
+import afm.rl.agent_loop, afm.rl.tools, afm.rewards.score
+print("imported without apex")
+"""
+
+
+def test_the_fsdp_training_path_needs_no_apex():
+    """The original's verl fork needed NVIDIA apex; verl 0.9.1 with FSDP does not: its trainer, FSDP engine
+    workers, advantage code and afm's agent loop and reward entry import with apex blocked."""
+    proc = subprocess.run([sys.executable, "-c", APEX_BLOCKED_IMPORT], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "imported without apex" in proc.stdout
+    verl_dir = Path(verl.__file__).parent
+    assert not [p for p in verl_dir.rglob("*.py") if "import apex" in p.read_text(errors="ignore")
+                or "from apex" in p.read_text(errors="ignore")]
+
+
+# ---- docs/original_mapping.md: the RL tables are what the scripts compose ----------------------------------------
+
+sys.path.insert(0, str(ROOT / "tests"))
+from mapping_table import backticked, read_table, reason_given, same, value  # noqa: E402
+
+RL_COLUMNS = {"web": ("web", {}), "code": ("code", {}), "mhqa (ppo)": ("ppo_mhqa", {}), "mhqa (dapo)": ("mhqa", {})}
+
+
+def test_rl_defaults_match_the_mapping_table():
+    rows = read_table("rl-defaults")
+    assert set(rows[0]) - {"Hydra key (afm)", "original key"} == set(RL_COLUMNS)
+    for column, (task, env) in RL_COLUMNS.items():
+        cfg = composed(task, **env)
+        for row in rows:
+            key = backticked(row["Hydra key (afm)"])[0]
+            cell = row[column]
+            assert reason_given(cell), (column, key, cell)
+            expected = value(cell)
+            if expected is None:
+                continue
+            actual = OmegaConf.select(cfg, key)
+            assert actual is not None and same(actual, expected), (column, key, actual, expected)
+    assert len(rows) >= 40
+
+
+def test_every_original_rl_variable_is_honoured():
+    checked = 0
+    for row in read_table("rl-variables"):
+        example, reaches = value(row["example"]), backticked(row["reaches"])
+        if example is None or not reaches:
+            continue
+        original = backticked(row["original variable"])[0]
+        res = run_script("mhqa", "--dry-run", **{original: example})
+        assert res.returncode == 0, (original, res.stderr)
+        if "alias" in row["how"]:
+            assert f"{original} -> " in res.stderr, original
+        cfg = compose_cfg(dry_run_overrides("mhqa", **{original: example}))
+        assert same(OmegaConf.select(cfg, reaches[0]), example), (original, reaches[0])
+        checked += 1
+    assert checked >= 20

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# SFT of Qwen2.5-7B-Instruct on web-agent trajectories (web_search, crawl_page): full fine-tuning, observations masked.
+# The original's AFM/train/web_agent/sft/sft_qwen2.5_7b.sh, with its values (docs/original_mapping.md).
+#
+#   bash sft_scripts/web_agent/sft_qwen2.5_7b.sh                      # defaults below
+#   DRY_RUN=1 bash sft_scripts/web_agent/sft_qwen2.5_7b.sh            # print the resolved LLaMA-Factory flags, run nothing
+#   MASK_REPORT=2 bash sft_scripts/web_agent/sft_qwen2.5_7b.sh        # check masking and lengths on the data first
+#   LEARNING_RATE=5e-6 EPOCHS=2 bash sft_scripts/web_agent/sft_qwen2.5_7b.sh --max_samples 1000   # knobs + extra LLaMA-Factory flags
+#
+# Defaults of this script (each one an environment variable):
+#   MODEL_PATH=Qwen/Qwen2.5-7B-Instruct  OUTPUT_DIR=saves/AFM-WebAgent-7B-sft (under the repo)  DATASET=web_agent_sft
+#   LEARNING_RATE=1.4e-5 WARMUP_RATIO=0.1 GRADIENT_ACCUMULATION=16 EPOCHS=4.0 CUTOFF_LEN=32768 NNODES=1
+# experiments/train_dapo_web_agent.sh starts from the 32B output; for this 7B model: MODEL_PATH=saves/AFM-WebAgent-7B-sft TP=4.
+# Every other knob (BATCH_SIZE=1, PRECISION=bf16, DeepSpeed ZeRO-3, REPORT_TO, CUDA_VISIBLE_DEVICES, NODE_RANK, ...)
+# is listed in sft_scripts/common.sh and printed by: bash sft_scripts/web_agent/sft_qwen2.5_7b.sh --help
+set -euo pipefail
+# shellcheck source=../common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+AFM_SCRIPT_DEFAULTS=(LEARNING_RATE=1.4e-5 WARMUP_RATIO=0.1 GRADIENT_ACCUMULATION=16 EPOCHS=4.0 CUTOFF_LEN=32768 NNODES=1)
+afm_launch sft "sft_scripts/web_agent/sft_qwen2.5_7b.sh" "Qwen/Qwen2.5-7B-Instruct" "saves/AFM-WebAgent-7B-sft" "web_agent_sft" "$@"
