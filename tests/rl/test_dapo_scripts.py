@@ -201,7 +201,8 @@ def test_env_knobs_change_the_right_keys(tmp_path):
 
 def test_no_validation_files_turns_validation_off():
     cfg = composed("mhqa", VAL_FILES="")
-    assert cfg.data.val_files is None
+    # verl's V1 trainer builds a validation dataset even when it never validates: the training files stand in.
+    assert cfg.data.val_files == cfg.data.train_files
     assert cfg.trainer.test_freq == -1 and cfg.trainer.val_before_train is False
 
 
@@ -229,7 +230,11 @@ def test_dapo_overlong_knobs_and_filter_switch():
 
 
 @pytest.mark.parametrize(("task", "env", "args", "needle"), [
-    ("web", {"ROLLOUT_ENGINE": "foo"}, (), "ROLLOUT_ENGINE must be vllm or sglang"),
+    ("web", {"ROLLOUT_ENGINE": "foo"}, (), "ROLLOUT_ENGINE must be vllm, sglang or hf"),
+    ("web", {"DEVICE": "tpu"}, (), "DEVICE must be gpu or cpu"),
+    ("code", {"DEVICE": "cpu"}, (), "DEVICE=cpu needs ROLLOUT_ENGINE=hf"),
+    ("code", {"ROLLOUT_ENGINE": "hf", "TP": "2"}, (), "TP must be 1"),
+    ("web", {}, ("--local",), "--local runs the toy code task"),
     ("web", {"REWARD_MANAGER": "batch"}, (), "REWARD_MANAGER must be dapo, rate_limited or naive"),
     ("web", {"RESUME_MODE": "resume_path"}, (), "RESUME_FROM_PATH"),
     ("web", {"RESUME_MODE": "latest"}, (), "RESUME_MODE must be"),
@@ -517,3 +522,28 @@ def test_every_original_rl_variable_is_honoured():
         assert same(OmegaConf.select(cfg, reaches[0]), example), (original, reaches[0])
         checked += 1
     assert checked >= 20
+
+
+def test_local_profile_and_hf_engine_compose():
+    """--local: the CPU device, the hf rollout (TP 1), the toy task's sizes; each one a knob still."""
+    cfg = composed("code", "--local", AFM_LOCAL_DIR="/tmp/afm-local-test")
+    verl_validate(cfg)
+    ro = cfg.actor_rollout_ref.rollout
+    assert ro.name == "hf" and ro.tensor_model_parallel_size == 1 and ro.free_cache_engine is False
+    assert cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node == 1
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert cfg.actor_rollout_ref.model.use_remove_padding is False
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    assert cfg.actor_rollout_ref.model.path == "/tmp/afm-local-test/toy_policy"
+    assert cfg.data.train_files == "/tmp/afm-local-test/toy_train.parquet"
+    assert cfg.data.train_batch_size == 4 and ro.n == 4 and cfg.data.max_response_length == 128
+    assert "hf_model" in cfg.actor_rollout_ref.actor.checkpoint.save_contents
+    assert "hf_model" not in cfg.actor_rollout_ref.actor.checkpoint.load_contents
+    assert cfg.algorithm.filter_groups.enable is True  # DAPO as on the cluster
+    # A GPU box without vLLM: the task's settings with the hf engine.
+    gpu = composed("web", ROLLOUT_ENGINE="hf", GPUS_PER_NODE="1", TRAIN_BATCH_SIZE="8", MINI_BATCH_SIZE="8")
+    verl_validate(gpu)
+    assert gpu.actor_rollout_ref.rollout.name == "hf" and gpu.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    assert gpu.trainer.device == "cuda"
+    assert gpu.actor_rollout_ref.model.use_remove_padding is True  # nothing CPU-specific on a GPU
