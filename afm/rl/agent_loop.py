@@ -219,7 +219,8 @@ class AfmAgentLoop(AgentLoopBase):
                   "response_ids": list(out.response_ids), "response_mask": list(out.response_mask),
                   "observations": [s.text for s in traj.segments if s.kind == "observation"],
                   "finish_reason": traj.finish_reason, "global_steps": out.extra_fields.get("global_steps"),
-                  "tool_calls": out.extra_fields.get("tool_calls")}
+                  "tool_calls": out.extra_fields.get("tool_calls"), "generate_s": out.metrics.generate_sequences,
+                  "tool_s": out.metrics.tool_calls}
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         with self.trace_path.open("a") as f:
             f.write(json.dumps(record) + "\n")

@@ -119,7 +119,9 @@ class HFRolloutServer:
                         self._pending_weights, self.weight_version)
             self._pending_weights = 0
             self._trace({"event": "weights", "weight_version": self.weight_version,
-                         "global_steps": self.global_steps, "checksum": self.engine.checksum()})
+                         "global_steps": self.global_steps, "checksum": self.engine.checksum(),
+                         "busy_s": self.engine.busy_s, "batches": self.engine.batches,
+                         "tokens": self.engine.tokens_generated})
         return n
 
     def _trace(self, record: dict[str, Any]) -> None:
