@@ -22,6 +22,9 @@
 #   ROLLOUT_ENGINE          vllm        vllm | sglang (verl's async server; install the engine in the env) | hf (afm's
 #                                       transformers server, no vLLM needed: one GPU, or the CPU; experiments/local.sh)
 #   DEVICE                  gpu         gpu | cpu (verl's FSDP trainer on the CPU through afm's `cpu` platform)
+#   TRAINER_MODE            sync        sync | colocate_async (one-step off-policy: the next batch generates while
+#                                       the actor updates; trainer and rollout share the GPUs) | separate_async
+#                                       (rollout on its own GPUs; needs an nccl/nixl/mooncake checkpoint engine)
 #   TP                      task        rollout tensor-parallel size (web 8, code 4, mhqa 4; hf: 1)
 #   GPU_MEM_UTIL            task        rollout gpu_memory_utilization (web 0.3, code/mhqa 0.5)
 #   ROLLOUT_N               task        rollouts per prompt (the GRPO group; web/code 8, mhqa 5; ppo 1)
@@ -412,6 +415,15 @@ afm_rl_main() {
   case "$engine" in
     vllm | sglang | hf) ;;
     *) afm_die "ROLLOUT_ENGINE must be vllm, sglang or hf (got '$engine')" ;;
+  esac
+  TRAINER_MODE=${TRAINER_MODE:-sync}
+  case "$TRAINER_MODE" in
+    sync | colocate_async) ;;
+    separate_async)
+      [[ $device == gpu ]] || afm_die "TRAINER_MODE=separate_async needs GPUs: verl pushes weights to the separate" \
+        "rollout through an nccl/nixl/mooncake checkpoint engine (trainer_separate_async.py:68); on the CPU use colocate_async"
+      ;;
+    *) afm_die "TRAINER_MODE must be sync, colocate_async or separate_async (got '$TRAINER_MODE')" ;;
   esac
   case "$device" in
     gpu) ;;

@@ -41,5 +41,5 @@ afm_dapo_overrides() {
     "algorithm.filter_groups.max_num_gen_batches=${MAX_NUM_GEN_BATCHES}" \
     "algorithm.filter_groups.max_inflight_gen_batches=${MAX_INFLIGHT_GEN_BATCHES}" \
     "trainer.use_v1=true" \
-    "trainer.v1.trainer_mode=sync"
+    "trainer.v1.trainer_mode=${TRAINER_MODE:-sync}"
 }

@@ -43,5 +43,5 @@ afm_ppo_overrides() {
     "critic.fsdp.param_offload=False" \
     "critic.fsdp.optimizer_offload=False" \
     "trainer.use_v1=true" \
-    "trainer.v1.trainer_mode=sync"
+    "trainer.v1.trainer_mode=${TRAINER_MODE:-sync}"
 }

@@ -37,8 +37,7 @@ def _env(work: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(AFM_LOCAL_DIR=str(work / "toy"), CKPT_DIR=str(work / "ckpt"), AFM_RL_TRACE_DIR=str(work / "trace"),
                ROLLOUT_DATA_DIR=str(work / "rollouts"), TOTAL_TRAINING_STEPS="2", SAVE_FREQ="1",
-               PYTHON=str(Path(os.sys.executable)), LR="1e-3", RAY_DEDUP_LOGS="0",
-               EXTRA_ARGS=f"++ray_kwargs.ray_init._temp_dir={work / 'ray'}")
+               PYTHON=str(Path(os.sys.executable)), LR="1e-3", RAY_DEDUP_LOGS="0")
     for key in ("RAY_ADDRESS", "VERL_PLATFORM", "VERL_ENGINE_DEVICE"):
         env.pop(key, None)
     return env
@@ -211,3 +210,28 @@ def test_weights_move_and_reach_the_rollout(run):
         return float(lp[torch.arange(len(tgt)), tgt][-len(fixed):].sum())
 
     assert abs(logprob(steps[2]) - logprob(start)) > 1e-3
+
+
+def test_one_step_off_policy_async_trainer(tmp_path):
+    """TRAINER_MODE=colocate_async (verl's one-step off-policy trainer) with the same local backend: 2 steps, the
+    second trained partly on samples generated before the first update, and every push reaches the rollout."""
+    work = tmp_path
+    os.chmod(work, 0o755)
+    env = _env(work)
+    env.update(TRAINER_MODE="colocate_async", SAVE_FREQ="-1", SAVE_HF_MODEL="false")
+    log = work / "async.log"
+    _stop_ray()
+    try:
+        res = subprocess.run(["bash", str(SCRIPT), "--local"], cwd=REPO, env=env, stdout=log.open("w"),
+                             stderr=subprocess.STDOUT, timeout=600, start_new_session=True)
+    finally:
+        _stop_ray()
+    text = log.read_text(errors="replace")
+    assert res.returncode == 0, text[-4000:]
+    assert "trainer.v1.trainer_mode=colocate_async" in text
+    steps = _steps(log)
+    assert [s["step"] for s in steps] == ["1", "2"]
+    assert all("training/off_policy/trajectory_staleness/mean" in s for s in steps)
+    pushes = [e["global_steps"] for e in _traces(work, "hf_rollout") if e["event"] == "weights"]
+    assert pushes[:1] == [0] and 1 in pushes
+    assert all(float(s["actor/pg_loss"]) != 0 for s in steps)
