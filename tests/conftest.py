@@ -30,6 +30,21 @@ def tokenizer(tiny_model):
 
 
 @pytest.fixture(scope="session")
+def qwen_tokenizer_dir(request) -> Path:
+    """Qwen2.5's 151k vocabulary, built offline from the dashscope wheel once and kept in .pytest_cache."""
+    from afm.testing.qwen_tokenizer import build_qwen25_tokenizer
+
+    return build_qwen25_tokenizer(request.config.cache.mkdir("afm-qwen2.5-tokenizer") / "tokenizer")
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(qwen_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
 def demo_data(tmp_path_factory) -> Path:
     from afm.demo.data import write_demo_data
 

@@ -42,7 +42,6 @@ from afm.sft.masking import mask_observation_labels
 from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
 from afm.sft.token_bytes import TokenBytes
 from afm.trajectory.parse import pairing_problems
-from afm.trajectory.spans import find_observations
 from afm.trajectory.tags import DEFAULT_REGISTRY, Tag, TagKind, TagRegistry
 
 logger = logging.getLogger(__name__)
@@ -155,6 +154,8 @@ def _nfc_merges_tag(text: str, tag: str) -> bool:
     Only a combining mark right after '>' can compose with it (U+0338: '>' becomes '≯'), so only those places are
     checked; the full normalisation runs only when one is found.
     """
+    if text.isascii():
+        return False
     for t in (f"<{tag}>", f"</{tag}>"):
         i = text.find(t)
         while i >= 0:
@@ -180,23 +181,31 @@ def text_problem(text: str, tag: str, mode: str) -> str | None:
                 return "unclosed_observation" if p.code == "unclosed_tag" else "stray_closing_observation"
             return p.code
         return None
-    spans = find_observations(text, tag)
-    if any(not s.closed for s in spans):
-        return "unclosed_observation"
-    if text.count(f"</{tag}>") > len(spans):
+    # the pairing of afm.trajectory.spans.find_observations (first closing tag ends it), without building spans
+    open_t, close_t = f"<{tag}>", f"</{tag}>"
+    pos = closed = 0
+    while (i := text.find(open_t, pos)) >= 0:
+        j = text.find(close_t, i + len(open_t))
+        if j < 0:
+            return "unclosed_observation"
+        closed += 1
+        pos = j + len(close_t)
+    if text.count(close_t) > closed:
         return "stray_closing_observation"
     return None
 
 
-def _response_texts(response: list[dict[str, Any]]) -> list[str]:
-    return [str(m.get("content", "")) for m in response]
+def _message_texts(messages: list[dict[str, Any]]) -> list[str]:
+    return [str(m.get("content", "")) for m in messages]
 
 
 def _mask_encoded(
-    encoded: tuple, pairwise: bool, table: TokenBytes, tag: str, report: MaskReport
+    encoded: tuple, pairwise: bool, table: TokenBytes, tag: str, report: MaskReport,
+    source: list[str] | None = None,
 ) -> tuple[tuple, str | None]:
     """Mask the label lists of one encoded sample: the new tuple, and a drop reason (None to keep it).
 
+    ``source``: the sample's message texts, which tell what a run cut by ``cutoff_len`` was about to become.
     Labels come back masked even when the sample is to be dropped, so no caller can train on an observation.
     """
     label_slots = (1, 3) if pairwise else (1,)
@@ -204,7 +213,8 @@ def _mask_encoded(
     results = []
     reason = None
     for slot in label_slots:
-        res = mask_observation_labels(encoded[slot], table, tag)
+        # the label lists are fresh from LLaMA-Factory's encoder and owned by this sample: mask them in place
+        res = mask_observation_labels(encoded[slot], table, tag, source, inplace=True)
         out[slot] = res.labels
         results.append(res)
         if res.truncated:
@@ -232,7 +242,10 @@ def _encode_impl(self: Any, orig_encode: Any, pairwise: bool, args: tuple, kwarg
     if not getattr(self.data_args, "ignore_observation", False):
         return encoded
     tag = self.data_args.ignore_observation_token
-    masked, _reason = _mask_encoded(encoded, pairwise, _table(self.tokenizer), tag, MaskReport())
+    prompt = kwargs["prompt"] if "prompt" in kwargs else args[0]
+    response = kwargs["response"] if "response" in kwargs else args[1]
+    source = _message_texts(prompt) + _message_texts(response)
+    masked, _reason = _mask_encoded(encoded, pairwise, _table(self.tokenizer), tag, MaskReport(), source)
     return masked  # outside preprocess_dataset nothing can be dropped, but nothing unmasked is returned either
 
 
@@ -255,14 +268,15 @@ def _preprocess_impl(self: Any, examples: dict[str, list[Any]], orig_preprocess:
             report.drop("invalid_structure", example_id(prompt, response))
             keep.append(i)
             continue
-        reason = next((r for r in (text_problem(t, tag, mode) for t in _response_texts(response)) if r), None)
+        texts = _message_texts(response)
+        reason = next((r for r in (text_problem(t, tag, mode) for t in texts) if r), None)
         if reason is None:
             encoded = orig_encode(
                 self, prompt=prompt, response=response, system=examples["_system"][i],
                 tools=examples["_tools"][i], images=examples["_images"][i] or [],
                 videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
             )
-            masked, reason = _mask_encoded(encoded, pairwise, table, tag, report)
+            masked, reason = _mask_encoded(encoded, pairwise, table, tag, report, _message_texts(prompt) + texts)
             if reason is None:
                 replay[id(prompt)] = masked
         if reason is not None:

@@ -42,15 +42,38 @@ _UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
 
 def _decoder_kind(tokenizer: Any) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
+    decoder = getattr(backend, "decoder", None)
+    if decoder is None:
         return "unknown"
-    decoder = json.loads(backend.to_str()).get("decoder") or {}
-    kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", []) or []}
+    # Only the decoder is serialised: the whole tokenizer's JSON is megabytes for a 151k vocabulary.
+    state = json.loads(decoder.__getstate__())
+    kinds = {state.get("type")} | {d.get("type") for d in state.get("decoders", []) or []}
     if "ByteLevel" in kinds:
         return "byte_level"
     if "ByteFallback" in kinds or "Metaspace" in kinds or "Replace" in kinds:
         return "sentencepiece"
     return "unknown"
+
+
+# str.translate table: byte-level character -> the latin-1 character of its byte; any other character below 256
+# goes to U+FFFF so that encoding to latin-1 fails and the token takes the slow, exact path.
+_TO_LATIN1 = {c: 0xFFFF for c in range(256)}
+_TO_LATIN1.update({ord(c): b for c, b in _UNICODE_TO_BYTE.items()})
+
+
+def _id_to_token(tokenizer: Any, size: int) -> list[str | None]:
+    """Every id's vocabulary string; one dict from the Rust backend is far faster than 151k conversions."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    tokens: list[str | None] = [None] * size
+    if backend is not None:
+        for tok, i in backend.get_vocab(with_added_tokens=True).items():
+            if 0 <= i < size:
+                tokens[i] = tok
+        return tokens
+    return list(tokenizer.convert_ids_to_tokens(list(range(size))))
+
+
+MARK = 1  # last byte of every token in TokenBytes.marks; all other bytes are 0
 
 
 class TokenBytes:
@@ -59,7 +82,7 @@ class TokenBytes:
     def __init__(self, tokenizer: Any) -> None:
         self.kind = _decoder_kind(tokenizer)
         size = len(tokenizer)
-        tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
+        tokens = _id_to_token(tokenizer, size)
         added = {i: t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
         table: list[bytes] = []
         for i, tok in enumerate(tokens):
@@ -67,8 +90,11 @@ class TokenBytes:
                 table.append(added[i].encode("utf-8"))
             elif tok is None:
                 table.append(b"")
-            elif self.kind == "byte_level" and all(c in _UNICODE_TO_BYTE for c in tok):
-                table.append(bytes(_UNICODE_TO_BYTE[c] for c in tok))
+            elif self.kind == "byte_level":
+                try:
+                    table.append(tok.translate(_TO_LATIN1).encode("latin-1"))
+                except UnicodeEncodeError:  # not in the byte-level alphabet (rare): let the tokenizer say
+                    table.append(tokenizer.decode([i], skip_special_tokens=False).encode("utf-8"))
             elif self.kind == "sentencepiece":
                 m = _SP_BYTE.match(tok)
                 table.append(bytes([int(m.group(1), 16)]) if m else tok.replace("\u2581", " ").encode("utf-8"))
@@ -76,6 +102,10 @@ class TokenBytes:
                 table.append(tokenizer.decode([i], skip_special_tokens=False).encode("utf-8"))
         self.table = table
         self.lengths_list = [len(b) for b in table]
+        # Same length as each token, MARK on its last byte: joined for a run, ``marks.count(MARK, 0, x)`` is the
+        # number of tokens that end at or before byte x, so token boundaries cost C-level scans, not Python sums.
+        self.marks = [bytes(n - 1) + b"\x01" if n else b"" for n in self.lengths_list]
+        self.has_empty = 0 in self.lengths_list
         self._check(tokenizer)
 
     def _check(self, tokenizer: Any) -> None:

@@ -166,7 +166,16 @@ def _byte_alphabet() -> list[str]:
 
 
 def _tokenizer_object(ranks: dict[bytes, int]):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
 
     alphabet = _byte_alphabet()
 
