@@ -184,7 +184,10 @@ def test_token_bytes_fast_table_is_exact(qwen_tokenizer):
     added = {i: t.content for i, t in qwen_tokenizer.added_tokens_decoder.items()}
     want = [added[i].encode() if i in added else bytes(_UNICODE_TO_BYTE[c] for c in t) for i, t in enumerate(tokens)]
     assert table.table == want
-    assert [len(m) for m in table.marks] == table.lengths_list and not table.has_empty
+    ids = qwen_tokenizer.encode(CASES["unicode_emoji"], add_special_tokens=False)
+    blob, ends = table.gather(ids)
+    assert blob == table.join(ids) == CASES["unicode_emoji"].encode()
+    assert ends.tolist() == table.ends(ids)
 
 
 # ------------------------------------------------------------------------------------------------------------

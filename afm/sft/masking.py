@@ -18,18 +18,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import accumulate
-from operator import itemgetter
 
-from afm.sft.token_bytes import MARK, TokenBytes
+from afm.sft.token_bytes import TokenBytes
 from afm.trajectory.spans import find_observations
 
 IGNORE_INDEX = -100
-_MARK = bytes([MARK])
 _PAD = b" \t\r\n\f\v"  # the padding alphabet of afm.trajectory.spans
 _CONTEXT = 48  # bytes before a cut tail that locate it in the untruncated text
 
@@ -69,43 +65,6 @@ def _runs(labels: list[int]) -> list[tuple[int, int]]:
     if start is not None:
         runs.append((start, n))
     return runs
-
-
-def _locators(ids: list[int], get: Callable, table: TokenBytes) -> tuple[Callable, Callable]:
-    """``(n_ending_by, bounds_at)`` for one run of token ids.
-
-    ``n_ending_by(x)``: how many tokens end at or before byte ``x``; ``bounds_at(x)``: ``(start, end)`` of the
-    token holding byte ``x``. Both scan the joined per-token marks in C; queries come in almost increasing order,
-    so the count resumes from the previous position instead of rescanning from 0.
-    """
-    marks = b"".join(get(table.marks))
-    if not table.has_empty or marks.count(_MARK) == len(ids):
-        pos = cnt = 0
-
-        def n_ending_by(x: int) -> int:
-            nonlocal pos, cnt
-            if x >= pos:
-                cnt += marks.count(_MARK, pos, x)
-            else:
-                cnt -= marks.count(_MARK, x, pos)
-            pos = x
-            return cnt
-
-        def bounds_at(x: int) -> tuple[int, int]:
-            return marks.rfind(_MARK, 0, x) + 1, marks.find(_MARK, x) + 1
-
-        return n_ending_by, bounds_at
-    # A token with no bytes (an id outside the vocabulary's strings) has no mark: use explicit offsets.
-    ends = list(accumulate(map(table.lengths_list.__getitem__, ids)))
-
-    def n_ending_by_list(x: int) -> int:
-        return bisect_right(ends, x)
-
-    def bounds_at_list(x: int) -> tuple[int, int]:
-        k = bisect_right(ends, x)
-        return (ends[k - 1] if k else 0), ends[k]
-
-    return n_ending_by_list, bounds_at_list
 
 
 def _cut_tail(blob: bytes, open_tag: bytes, floor: int) -> tuple[int, int] | None:
@@ -176,48 +135,54 @@ def mask_observation_labels(labels: list[int], table: TokenBytes, tag: str = "ob
     truncated = False
     open_tag = f"<{tag}>".encode()
     n_labels = len(out)
-    tokens, ignore = table.table, [IGNORE_INDEX]
+    ignore = [IGNORE_INDEX]
     for a, b in runs:
         ids = out[a:b]
-        get = itemgetter(*ids) if len(ids) > 1 else (lambda seq, i=ids[0]: (seq[i],))
-        blob = b"".join(get(tokens))
+        blob, ends = table.gather(ids)
         spans = find_observations(blob, tag)
         tail = None
         if b == n_labels:  # only the last run of a row can have been cut by cutoff_len
             tail = _cut_tail(blob, open_tag, spans[-1].end if spans else 0)
+        if tail is not None:
+            pad_start, tag_start = tail
+            partial = tag_start < len(blob)
+            if not partial and table.added and blob.endswith(table.added, 0, pad_start):
+                tail = None  # whitespace after a special token: a row's natural end ("<|im_end|>\n"), not a cut
+        if tail is not None:
+            follows = _observation_follows(blob, pad_start, tag, source) if source is not None else None
+            if not (follows or (partial and follows is None)):
+                tail = None
         if not spans and tail is None:
             continue
-        n_ending_by, bounds_at = _locators(ids, get, table)
-        prev_end = 0
+        # every byte offset we need a token index for, in one searchsorted: n_ending_by(x) = tokens ending <= x
+        xs = []
         for s in spans:
+            xs += (s.core_start, s.core_end - 1, s.start - 1, s.end)
+        if tail is not None:
+            xs += (pad_start - 1, tag_start)
+        ks = ends.searchsorted(xs, side="right").tolist()
+        prev_end = 0
+        for i, s in enumerate(spans):
             n_obs += 1
             truncated |= not s.closed
-            c0 = n_ending_by(s.core_start)  # first token ending after the core starts
-            c1 = n_ending_by(s.core_end - 1) + 1  # tokens starting before the core ends
+            c0, c_last, p0, p1 = ks[4 * i : 4 * i + 4]  # c_last: the token holding the core's last byte
+            p0 = p0 + 1 if s.start else 0  # tokens starting before the padded span
             # only the first and last core tokens can reach outside the padded span
-            for x in (s.core_start, s.core_end - 1) if c1 - 1 > c0 else (s.core_start,):
-                start_k, end_k = bounds_at(x)
-                mixed += start_k < s.start or end_k > s.end
-            p0 = n_ending_by(s.start - 1) + 1 if s.start else 0  # tokens starting before the padded span
-            p1 = n_ending_by(s.end)  # tokens ending inside it
-            lo, hi = max(min(c0, p0), prev_end), max(c1, p1)
+            for k in (c0, c_last) if c_last > c0 else (c0,):
+                mixed += (int(ends[k - 1]) if k else 0) < s.start or int(ends[k]) > s.end
+            lo, hi = max(min(c0, p0), prev_end), max(c_last + 1, p1)
             if hi > lo:
                 out[a + lo : a + hi] = ignore * (hi - lo)
                 masked += hi - lo
                 prev_end = hi
         if tail is not None:
-            pad_start, tag_start = tail
-            partial = tag_start < len(blob)
-            follows = _observation_follows(blob, pad_start, tag, source) if source is not None else None
-            if follows or (partial and follows is None):
-                truncated |= partial
-                # padding-only tokens and any token holding part of the cut tag, as the rule would mask them
-                lo = n_ending_by(pad_start - 1) + 1 if pad_start else 0
-                if partial:
-                    lo = min(lo, n_ending_by(tag_start))
-                lo = max(lo, prev_end)
-                k = len(ids)
-                if k > lo:
-                    out[a + lo : a + k] = ignore * (k - lo)
-                    masked += k - lo
+            truncated |= partial
+            # padding-only tokens and any token holding part of the cut tag, as the rule would mask them
+            lo = ks[-2] + 1 if pad_start else 0
+            if partial:
+                lo = min(lo, ks[-1])
+            lo, k = max(lo, prev_end), len(ids)
+            if k > lo:
+                out[a + lo : a + k] = ignore * (k - lo)
+                masked += k - lo
     return MaskResult(out, target, masked, mixed, n_obs, truncated)

@@ -260,6 +260,10 @@ def _preprocess_impl(self: Any, examples: dict[str, list[Any]], orig_preprocess:
     report = MaskReport()
     keep: list[int] = []
     replay: dict[int, tuple] = {}
+    checked: list[tuple[int, list[str]]] = []
+    encoded_all: list[tuple[int, tuple, list[str]]] = []
+    # Separate passes (check all, encode all, mask all): interleaved, the tokenizer's and the byte table's working
+    # sets keep evicting each other from the CPU caches, which cost more than the masking itself.
     for i in range(len(examples["_prompt"])):
         prompt, response = examples["_prompt"][i], examples["_response"][i]
         report.samples_seen += 1
@@ -270,20 +274,28 @@ def _preprocess_impl(self: Any, examples: dict[str, list[Any]], orig_preprocess:
             continue
         texts = _message_texts(response)
         reason = next((r for r in (text_problem(t, tag, mode) for t in texts) if r), None)
-        if reason is None:
-            encoded = orig_encode(
-                self, prompt=prompt, response=response, system=examples["_system"][i],
-                tools=examples["_tools"][i], images=examples["_images"][i] or [],
-                videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
-            )
-            masked, reason = _mask_encoded(encoded, pairwise, table, tag, report, _message_texts(prompt) + texts)
-            if reason is None:
-                replay[id(prompt)] = masked
         if reason is not None:
             report.drop(reason, example_id(prompt, response))
             continue
+        checked.append((i, texts))
+    for i, texts in checked:
+        prompt, response = examples["_prompt"][i], examples["_response"][i]
+        encoded = orig_encode(
+            self, prompt=prompt, response=response, system=examples["_system"][i],
+            tools=examples["_tools"][i], images=examples["_images"][i] or [],
+            videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
+        )
+        encoded_all.append((i, encoded, texts))
+    for i, encoded, texts in encoded_all:
+        prompt = examples["_prompt"][i]
+        masked, reason = _mask_encoded(encoded, pairwise, table, tag, report, _message_texts(prompt) + texts)
+        if reason is not None:
+            report.drop(reason, example_id(prompt, examples["_response"][i]))
+            continue
+        replay[id(prompt)] = masked
         keep.append(i)
         report.samples_kept += 1
+    keep.sort()
     subset = {k: [v[i] for i in keep] for k, v in examples.items()}
     _STATE.replay[id(self)] = replay
     try:

@@ -15,6 +15,8 @@ import re
 from itertools import accumulate
 from typing import Any
 
+import numpy as np
+
 logger = logging.getLogger(__name__)
 
 PROBE = (
@@ -73,9 +75,6 @@ def _id_to_token(tokenizer: Any, size: int) -> list[str | None]:
     return list(tokenizer.convert_ids_to_tokens(list(range(size))))
 
 
-MARK = 1  # last byte of every token in TokenBytes.marks; all other bytes are 0
-
-
 class TokenBytes:
     """``id -> bytes`` for one tokenizer, plus vectorised byte offsets of a token sequence."""
 
@@ -102,10 +101,15 @@ class TokenBytes:
                 table.append(tokenizer.decode([i], skip_special_tokens=False).encode("utf-8"))
         self.table = table
         self.lengths_list = [len(b) for b in table]
-        # Same length as each token, MARK on its last byte: joined for a run, ``marks.count(MARK, 0, x)`` is the
-        # number of tokens that end at or before byte x, so token boundaries cost C-level scans, not Python sums.
-        self.marks = [bytes(n - 1) + b"\x01" if n else b"" for n in self.lengths_list]
-        self.has_empty = 0 in self.lengths_list
+        self.added = tuple(sorted({b.encode("utf-8") for b in added.values() if b}))  # special/added tokens
+        # The same bytes as flat arrays: a run's bytes and offsets are then gathered by numpy in a few calls
+        # instead of one Python object per token (per-token lookups in a 151k-entry table miss the CPU caches).
+        self.flat = np.frombuffer(b"".join(table), dtype=np.uint8)
+        # narrow dtypes keep the random gathers in few cache lines (a 151k vocabulary: 0.9 MB instead of 2.4 MB)
+        self.lengths = np.array(self.lengths_list, dtype=np.uint16 if max(self.lengths_list, default=0) < 2**16
+                                else np.int64)
+        starts = np.cumsum(self.lengths, dtype=np.int64) - self.lengths
+        self.starts = starts.astype(np.int32) if len(self.flat) < 2**31 else starts
         self._check(tokenizer)
 
     def _check(self, tokenizer: Any) -> None:
@@ -122,6 +126,16 @@ class TokenBytes:
     def join(self, ids: list[int]) -> bytes:
         """The UTF-8 bytes that ``ids`` decode to."""
         return b"".join(map(self.table.__getitem__, ids))
+
+    def gather(self, ids: list[int]) -> tuple[bytes, np.ndarray]:
+        """``(join(ids), ends(ids))`` with numpy: the bytes of a run and each token's exclusive end offset."""
+        arr = np.array(ids, dtype=np.int64)
+        lens = self.lengths[arr]
+        ends = np.cumsum(lens, dtype=np.int64)
+        # byte j of the run is flat[j + (start of its token in flat) - (start of its token in the run)]
+        shift = np.repeat(self.starts[arr] - ends + lens, lens)
+        shift += np.arange(len(shift))
+        return self.flat[shift].tobytes(), ends
 
     def ends(self, ids: list[int]) -> list[int]:
         """Exclusive end byte offset of each token in ``join(ids)``."""
