@@ -160,17 +160,20 @@ def test_text_problem_pairs_tags_like_find_observations():
     """The lean scan in text_problem gives the verdicts that find_observations' pairing defines."""
     import random
 
-    from afm.sft.overlay import text_problem
+    from afm.sft.overlay import _nfc_merges_tag, text_problem
 
     def by_spans(text):
+        if _nfc_merges_tag(text, "observation"):
+            return "normalization_breaks_tag"
         spans = find_observations(text)
         if any(not s.closed for s in spans):
             return "unclosed_observation"
         return "stray_closing_observation" if text.count("</observation>") > len(spans) else None
 
     rng = random.Random(0)
-    pieces = ["<observation>", "</observation>", "x", "\n\n", "<obs", "</observation", "<answer>", " "]
-    for _ in range(3000):
+    pieces = ["<observation>", "</observation>", "x", "\n\n", "<obs", "</observation", "<answer>", " ", "\u0338",
+              "\u0301", "é"]
+    for _ in range(5000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
         assert text_problem(text, "observation", "observation") == by_spans(text), text
 
@@ -241,3 +244,13 @@ def test_cut_in_the_padding_before_an_observation_masks_the_padding(qwen_tokeniz
     # a row's natural end ("<|im_end|>\n": padding-like whitespace) is left alone
     full = tok.encode(text + "<|im_end|>\n", add_special_tokens=False)
     assert mask_observation_labels(list(full), table, source=[text]).labels[-1] == full[-1]
+
+
+def test_several_trained_runs_are_masked_each(tokenizer, table):
+    """Multi-turn rows: each assistant turn is its own run of trained labels."""
+    resp = tokenizer.encode(CASES["standard"] + "<|im_end|>\n", add_special_tokens=False)
+    labels = [IGNORE_INDEX] * 3 + resp + [IGNORE_INDEX] * 2 + resp
+    res = mask_observation_labels(labels, table)
+    one = mask_observation_labels(list(resp), table).labels
+    assert res.labels == [IGNORE_INDEX] * 3 + one + [IGNORE_INDEX] * 2 + one
+    assert res.observations == 2 and res.target_tokens == 2 * len(resp) and not res.truncated

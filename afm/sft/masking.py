@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from afm.sft.token_bytes import TokenBytes
 from afm.trajectory.spans import find_observations
 
@@ -42,29 +44,16 @@ class MaskResult:
     truncated: bool  # a label run ends inside an observation or its opening tag (cut by cutoff_len)
 
 
-_IGNORES: list[int] = []
-
-
-def _runs(labels: list[int]) -> list[tuple[int, int]]:
+def _runs(labels: np.ndarray) -> list[tuple[int, int]]:
     """Contiguous ``[start, end)`` runs of trained labels."""
-    n = len(labels)
-    k = labels.count(IGNORE_INDEX)
-    if len(_IGNORES) < k:
-        _IGNORES.extend([IGNORE_INDEX] * (k - len(_IGNORES)))
-    # Fast path (single-turn SFT, DPO): all ignored labels form one prefix; list compares run in C.
-    if labels[:k] == _IGNORES[:k]:
-        return [(k, n)] if k < n else []
-    runs, start = [], None
-    for i, lab in enumerate(labels):
-        if lab != IGNORE_INDEX:
-            if start is None:
-                start = i
-        elif start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, n))
-    return runs
+    trained = labels != IGNORE_INDEX
+    first = int(trained.argmax())
+    if not trained[first]:
+        return []
+    if trained[first:].all():  # single-turn SFT, DPO: one run after the prompt
+        return [(first, len(labels))]
+    edges = np.flatnonzero(np.diff(trained.view(np.int8), prepend=0, append=0)).tolist()
+    return list(zip(edges[::2], edges[1::2], strict=True))
 
 
 def _cut_tail(blob: bytes, open_tag: bytes, floor: int) -> tuple[int, int] | None:
@@ -129,7 +118,8 @@ def mask_observation_labels(labels: list[int], table: TokenBytes, tag: str = "ob
     ``cutoff_len`` was about to become. ``inplace``: write into ``labels`` instead of a copy.
     """
     out = labels if inplace else list(labels)
-    runs = _runs(out)
+    arr = np.array(out, dtype=np.int64)
+    runs = _runs(arr)
     target = sum(b - a for a, b in runs)
     masked = mixed = n_obs = 0
     truncated = False
@@ -137,8 +127,7 @@ def mask_observation_labels(labels: list[int], table: TokenBytes, tag: str = "ob
     n_labels = len(out)
     ignore = [IGNORE_INDEX]
     for a, b in runs:
-        ids = out[a:b]
-        blob, ends = table.gather(ids)
+        blob, ends = table.gather(arr[a:b])
         spans = find_observations(blob, tag)
         tail = None
         if b == n_labels:  # only the last run of a row can have been cut by cutoff_len
@@ -181,7 +170,7 @@ def mask_observation_labels(labels: list[int], table: TokenBytes, tag: str = "ob
             lo = ks[-2] + 1 if pad_start else 0
             if partial:
                 lo = min(lo, ks[-1])
-            lo, k = max(lo, prev_end), len(ids)
+            lo, k = max(lo, prev_end), b - a
             if k > lo:
                 out[a + lo : a + k] = ignore * (k - lo)
                 masked += k - lo

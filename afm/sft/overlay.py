@@ -169,6 +169,8 @@ def _nfc_merges_tag(text: str, tag: str) -> bool:
 
 def text_problem(text: str, tag: str, mode: str) -> str | None:
     """The drop reason for a response text before encoding, or None when it is fine."""
+    if mode == "observation":
+        return _observation_problem(text, tag)
     if _nfc_merges_tag(text, tag):
         return "normalization_breaks_tag"
     if mode == "none":
@@ -181,18 +183,33 @@ def text_problem(text: str, tag: str, mode: str) -> str | None:
                 return "unclosed_observation" if p.code == "unclosed_tag" else "stray_closing_observation"
             return p.code
         return None
-    # the pairing of afm.trajectory.spans.find_observations (first closing tag ends it), without building spans
+    return _observation_problem(text, tag)
+
+
+def _observation_problem(text: str, tag: str) -> str | None:
+    """text_problem for mode ``observation`` in one scan: the pairing of afm.trajectory.spans.find_observations
+    (the first closing tag ends an observation) and the NFC check at every tag it passes."""
     open_t, close_t = f"<{tag}>", f"</{tag}>"
+    plain = text.isascii()  # no combining mark, nothing NFC could merge
     pos = closed = 0
+    unclosed = suspect = False
     while (i := text.find(open_t, pos)) >= 0:
-        j = text.find(close_t, i + len(open_t))
+        k = i + len(open_t)
+        suspect |= not plain and k < len(text) and unicodedata.combining(text[k]) > 0
+        j = text.find(close_t, k)
         if j < 0:
-            return "unclosed_observation"
+            unclosed = True
+            break
         closed += 1
         pos = j + len(close_t)
-    if text.count(close_t) > closed:
-        return "stray_closing_observation"
-    return None
+        suspect |= not plain and pos < len(text) and unicodedata.combining(text[pos]) > 0
+    stray = text.count(close_t) > closed
+    # tags the scan did not pass (inside a body, stray) get the full check, as does any suspect place
+    if not plain and (suspect or stray or text.count(open_t) > closed + unclosed) and _nfc_merges_tag(text, tag):
+        return "normalization_breaks_tag"
+    if unclosed:
+        return "unclosed_observation"
+    return "stray_closing_observation" if stray else None
 
 
 def _message_texts(messages: list[dict[str, Any]]) -> list[str]:

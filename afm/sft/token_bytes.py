@@ -127,9 +127,9 @@ class TokenBytes:
         """The UTF-8 bytes that ``ids`` decode to."""
         return b"".join(map(self.table.__getitem__, ids))
 
-    def gather(self, ids: list[int]) -> tuple[bytes, np.ndarray]:
+    def gather(self, ids: list[int] | np.ndarray) -> tuple[bytes, np.ndarray]:
         """``(join(ids), ends(ids))`` with numpy: the bytes of a run and each token's exclusive end offset."""
-        arr = np.array(ids, dtype=np.int64)
+        arr = np.asarray(ids, dtype=np.int64)
         lens = self.lengths[arr]
         ends = np.cumsum(lens, dtype=np.int64)
         # byte j of the run is flat[j + (start of its token in flat) - (start of its token in the run)]
