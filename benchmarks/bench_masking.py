@@ -6,7 +6,9 @@
 What it does (CPU only, in one process):
 
 1. builds the tiny Qwen2-style tokenizer/model with ``afm.demo.tiny_model.build_tiny_model`` (reused from
-   ``--out`` when present) and generates ``--n`` seeded, adversarial Chain-of-Agents trajectories;
+   ``--out`` when present), or with ``--tokenizer qwen2.5`` Qwen2.5's 151k vocabulary from the dashscope wheel
+   (``afm.testing.qwen_tokenizer``, cached in ``--out``), and generates ``--n`` seeded, adversarial Chain-of-Agents
+   trajectories;
 2. builds LLaMA-Factory's real ``SupervisedDatasetProcessor`` (template ``qwen``) twice after
    ``afm.sft.overlay.apply()``: ``ignore_observation=False`` (the wrapper calls straight through to the stock
    code) and ``ignore_observation=True`` (default check mode ``observation``);
@@ -383,6 +385,9 @@ def bench(name: str, stock, masked, batches: list[dict], rounds: int, keys: tupl
         "stock_tps": tps["stock"], "masked_tps": tps["masked"],
         # same examples, so compare wall time (= tokens/s on the stock token count)
         "ratio": med["stock"] / med["masked"],
+        # on a shared machine the fastest pass of each is the least disturbed one: a second, less noisy estimate
+        "ratio_best": min(times["stock"]) / min(times["masked"]),
+        "rounds": {w: [round(t, 3) for t in ts] for w, ts in times.items()},
     }
     return packed["stock"], packed["masked"], report, fig
 
@@ -808,10 +813,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SFT  masked (ignore_observation=True) : {sft['masked_tps']:12,.0f} input tokens/s  "
           f"(median {sft['masked_s']:.2f}s for {sft['masked_tok']:,} tokens)")
     print(f"SFT  ratio masked/stock (throughput on the same examples): {sft['ratio']:.3f}  "
-          f"(target >= 0.9: {'PASS' if sft['ratio'] >= 0.9 else 'FAIL'})")
+          f"(target >= 0.9: {'PASS' if sft['ratio'] >= 0.9 else 'FAIL'}); best pass vs best pass "
+          f"{sft['ratio_best']:.3f}")
     if dpo:
         print(f"DPO  stock {dpo['stock_tps']:,.0f} tok/s, masked {dpo['masked_tps']:,.0f} tok/s, "
-              f"ratio {dpo['ratio']:.3f}  ({dpo['stock_tok']:,} chosen+rejected tokens)")
+              f"ratio {dpo['ratio']:.3f}  (target >= 0.9: {'PASS' if dpo['ratio'] >= 0.9 else 'FAIL'}); best pass "
+              f"vs best pass {dpo['ratio_best']:.3f}  ({dpo['stock_tok']:,} chosen+rejected tokens)")
     print(f"longest sample {longest} tokens (cutoff_len {args.cutoff_len}); "
           f"afm report: kept {report.samples_kept}/{report.samples_seen}, drops {report.drops or 'none'}, "
           f"target {report.tokens_target:,}, masked {report.tokens_masked:,}, mixed {report.tokens_mixed}, "
