@@ -30,11 +30,13 @@ def tokenizer(tiny_model):
 
 
 @pytest.fixture(scope="session")
-def qwen_tokenizer_dir(request) -> Path:
+def qwen_tokenizer_dir(request, tmp_path_factory) -> Path:
     """Qwen2.5's 151k vocabulary, built offline from the dashscope wheel once and kept in .pytest_cache."""
     from afm.testing.qwen_tokenizer import build_qwen25_tokenizer
 
-    return build_qwen25_tokenizer(request.config.cache.mkdir("afm-qwen2.5-tokenizer") / "tokenizer")
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    base = cache.mkdir("afm-qwen2.5-tokenizer") if cache is not None else tmp_path_factory.mktemp("qwen2.5")
+    return build_qwen25_tokenizer(base / "tokenizer")
 
 
 @pytest.fixture(scope="session")
