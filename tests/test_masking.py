@@ -254,3 +254,9 @@ def test_several_trained_runs_are_masked_each(tokenizer, table):
     one = mask_observation_labels(list(resp), table).labels
     assert res.labels == [IGNORE_INDEX] * 3 + one + [IGNORE_INDEX] * 2 + one
     assert res.observations == 2 and res.target_tokens == 2 * len(resp) and not res.truncated
+
+
+def test_rows_with_nothing_trained_are_left_alone(table):
+    for labels in ([], [IGNORE_INDEX] * 5):
+        res = mask_observation_labels(list(labels), table)
+        assert res.labels == labels and res.target_tokens == res.masked_tokens == 0 and not res.truncated

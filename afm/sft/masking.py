@@ -47,9 +47,9 @@ class MaskResult:
 def _runs(labels: np.ndarray) -> list[tuple[int, int]]:
     """Contiguous ``[start, end)`` runs of trained labels."""
     trained = labels != IGNORE_INDEX
-    first = int(trained.argmax())
-    if not trained[first]:
+    if not trained.any():
         return []
+    first = int(trained.argmax())
     if trained[first:].all():  # single-turn SFT, DPO: one run after the prompt
         return [(first, len(labels))]
     edges = np.flatnonzero(np.diff(trained.view(np.int8), prepend=0, append=0)).tolist()
