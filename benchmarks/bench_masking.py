@@ -6,7 +6,9 @@
 What it does (CPU only, in one process):
 
 1. builds the tiny Qwen2-style tokenizer/model with ``afm.demo.tiny_model.build_tiny_model`` (reused from
-   ``--out`` when present) and generates ``--n`` seeded, adversarial Chain-of-Agents trajectories;
+   ``--out`` when present), or with ``--tokenizer qwen2.5`` Qwen2.5's 151k vocabulary from the dashscope wheel
+   (``afm.testing.qwen_tokenizer``, cached in ``--out``), and generates ``--n`` seeded, adversarial Chain-of-Agents
+   trajectories;
 2. builds LLaMA-Factory's real ``SupervisedDatasetProcessor`` (template ``qwen``) twice after
    ``afm.sft.overlay.apply()``: ``ignore_observation=False`` (the wrapper calls straight through to the stock
    code) and ``ignore_observation=True`` (default check mode ``observation``);
@@ -268,7 +270,14 @@ def batched(questions: list[str], responses: list[list[str]], size: int) -> list
 # LLaMA-Factory objects
 
 
-def build_tokenizer_dir(out: Path, seed: int) -> Path:
+def build_tokenizer_dir(out: Path, seed: int, kind: str = "tiny") -> Path:
+    if kind == "qwen2.5":  # the 151k vocabulary users train with, built offline from dashscope's BPE ranks
+        from afm.testing.qwen_tokenizer import build_qwen25_tokenizer
+
+        t0 = time.perf_counter()
+        path = build_qwen25_tokenizer(out / "qwen2.5_tokenizer")
+        print(f"Qwen2.5-compatible tokenizer in {path} ({time.perf_counter() - t0:.1f}s, built once then reused)")
+        return path
     model_dir = out / "tiny_model"
     if (model_dir / "tokenizer.json").exists() and (model_dir / "config.json").exists():
         print(f"reusing tiny model/tokenizer in {model_dir}")
@@ -376,6 +385,9 @@ def bench(name: str, stock, masked, batches: list[dict], rounds: int, keys: tupl
         "stock_tps": tps["stock"], "masked_tps": tps["masked"],
         # same examples, so compare wall time (= tokens/s on the stock token count)
         "ratio": med["stock"] / med["masked"],
+        # on a shared machine the fastest pass of each is the least disturbed one: a second, less noisy estimate
+        "ratio_best": min(times["stock"]) / min(times["masked"]),
+        "rounds": {w: [round(t, 3) for t in ts] for w, ts in times.items()},
     }
     return packed["stock"], packed["masked"], report, fig
 
@@ -694,6 +706,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=10000, help="synthetic SFT samples (default 10000)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"), help="work folder (tiny model is cached here)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer", choices=("tiny", "qwen2.5"), default="tiny",
+                    help="tiny: the demo BPE (vocab 2048); qwen2.5: Qwen2.5's 151k vocabulary from the dashscope "
+                    "wheel (afm.testing.qwen_tokenizer)")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per processor (median reported)")
     ap.add_argument("--batch", type=int, default=1000, help="examples per preprocess_dataset call (datasets.map)")
     ap.add_argument("--cutoff-len", type=int, default=16384)
@@ -722,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python {platform.python_version()}  torch {torch.__version__}  transformers {transformers.__version__}  "
           f"llamafactory {llamafactory.__version__}  cpus {os.cpu_count()}  machine {platform.machine()}")
     args.out.mkdir(parents=True, exist_ok=True)
-    lf = load_lf(build_tokenizer_dir(args.out, args.seed))
+    lf = load_lf(build_tokenizer_dir(args.out, args.seed, args.tokenizer))
     print(f"tokenizer {type(lf.tokenizer).__name__} vocab {len(lf.tokenizer)}; template qwen; cutoff_len {args.cutoff_len}")
 
     t0 = time.perf_counter()
@@ -798,10 +813,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SFT  masked (ignore_observation=True) : {sft['masked_tps']:12,.0f} input tokens/s  "
           f"(median {sft['masked_s']:.2f}s for {sft['masked_tok']:,} tokens)")
     print(f"SFT  ratio masked/stock (throughput on the same examples): {sft['ratio']:.3f}  "
-          f"(target >= 0.9: {'PASS' if sft['ratio'] >= 0.9 else 'FAIL'})")
+          f"(target >= 0.9: {'PASS' if sft['ratio'] >= 0.9 else 'FAIL'}); best pass vs best pass "
+          f"{sft['ratio_best']:.3f}")
     if dpo:
         print(f"DPO  stock {dpo['stock_tps']:,.0f} tok/s, masked {dpo['masked_tps']:,.0f} tok/s, "
-              f"ratio {dpo['ratio']:.3f}  ({dpo['stock_tok']:,} chosen+rejected tokens)")
+              f"ratio {dpo['ratio']:.3f}  (target >= 0.9: {'PASS' if dpo['ratio'] >= 0.9 else 'FAIL'}); best pass "
+              f"vs best pass {dpo['ratio_best']:.3f}  ({dpo['stock_tok']:,} chosen+rejected tokens)")
     print(f"longest sample {longest} tokens (cutoff_len {args.cutoff_len}); "
           f"afm report: kept {report.samples_kept}/{report.samples_seen}, drops {report.drops or 'none'}, "
           f"target {report.tokens_target:,}, masked {report.tokens_masked:,}, mixed {report.tokens_mixed}, "

@@ -30,6 +30,23 @@ def tokenizer(tiny_model):
 
 
 @pytest.fixture(scope="session")
+def qwen_tokenizer_dir(request, tmp_path_factory) -> Path:
+    """Qwen2.5's 151k vocabulary, built offline from the dashscope wheel once and kept in .pytest_cache."""
+    from afm.testing.qwen_tokenizer import build_qwen25_tokenizer
+
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    base = cache.mkdir("afm-qwen2.5-tokenizer") if cache is not None else tmp_path_factory.mktemp("qwen2.5")
+    return build_qwen25_tokenizer(base / "tokenizer")
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(qwen_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
 def demo_data(tmp_path_factory) -> Path:
     from afm.demo.data import write_demo_data
 

@@ -28,9 +28,15 @@ def _write(tmp_path, records, name="cases", ranking=False):
     return data
 
 
-def test_masked_labels_differ_from_stock_only_on_observations(tiny_model, demo_data, tmp_path):
-    stock = preprocess(lf_config(tiny_model, demo_data, tmp_path / "a", ignore_observation=False), force_mask=False)
-    masked = preprocess(lf_config(tiny_model, demo_data, tmp_path / "b"))
+@pytest.fixture(params=["tiny", "qwen2.5"])
+def model_path(request, tiny_model):
+    """What LLaMA-Factory loads: the tiny model, then a folder with Qwen2.5's tokenizer only (no weights needed)."""
+    return tiny_model if request.param == "tiny" else request.getfixturevalue("qwen_tokenizer_dir")
+
+
+def test_masked_labels_differ_from_stock_only_on_observations(model_path, demo_data, tmp_path):
+    stock = preprocess(lf_config(model_path, demo_data, tmp_path / "a", ignore_observation=False), force_mask=False)
+    masked = preprocess(lf_config(model_path, demo_data, tmp_path / "b"))
     tok = masked.tokenizer
     s_rows, m_rows = stock.dataset_module["train_dataset"], masked.dataset_module["train_dataset"]
     assert len(s_rows) == len(m_rows) + 2  # the two broken demo samples are dropped only when masking
@@ -55,9 +61,9 @@ def test_masked_labels_differ_from_stock_only_on_observations(tiny_model, demo_d
     assert stock.reports == {}
 
 
-def test_packing_and_neat_packing_still_mask(tiny_model, demo_data, tmp_path):
+def test_packing_and_neat_packing_still_mask(model_path, demo_data, tmp_path):
     for flag in ("packing", "neat_packing"):
-        res = preprocess(lf_config(tiny_model, demo_data, tmp_path / flag, **{flag: True, "cutoff_len": 2048}))
+        res = preprocess(lf_config(model_path, demo_data, tmp_path / flag, **{flag: True, "cutoff_len": 2048}))
         rows = res.dataset_module["train_dataset"]
         assert len(rows) >= 1
         trained = res.tokenizer.decode([t for r in rows for t in r["labels"] if t != IGNORE_INDEX])
@@ -65,14 +71,14 @@ def test_packing_and_neat_packing_still_mask(tiny_model, demo_data, tmp_path):
         assert res.reports["train"].samples_kept == 24
 
 
-def test_dpo_masks_chosen_and_rejected(tiny_model, tmp_path):
+def test_dpo_masks_chosen_and_rejected(model_path, tmp_path):
     rejected = "<think>guess</think>\n<web_search>x</web_search>" + format_observation("REJ OBS") + "<answer>b</answer>"
     records = [{"instruction": f"q{i}", "input": "", "chosen": GOOD, "rejected": rejected} for i in range(4)]
     # upstream bug: chosen's validity was overwritten by rejected's; a broken chosen must drop the pair
     records.append({"instruction": "broken chosen", "input": "", "chosen": GOOD.replace("</observation>", ""),
                     "rejected": rejected})
     data = _write(tmp_path, records, "pairs", ranking=True)
-    res = preprocess(lf_config(tiny_model, data, tmp_path / "dpo", stage="dpo", dataset="pairs"))
+    res = preprocess(lf_config(model_path, data, tmp_path / "dpo", stage="dpo", dataset="pairs"))
     rows = res.dataset_module["train_dataset"]
     assert len(rows) == 4
     for row in rows:
@@ -83,7 +89,7 @@ def test_dpo_masks_chosen_and_rejected(tiny_model, tmp_path):
     assert res.reports["train"].drops == {"unclosed_observation": 1}
 
 
-def test_broken_samples_are_dropped_with_reasons(tiny_model, tmp_path):
+def test_broken_samples_are_dropped_with_reasons(model_path, tmp_path):
     long_obs = "<think>t</think>\n<web_search>q</web_search>" + format_observation("word " * 400) + "<answer>a</answer>"
     records = [
         {"instruction": "ok", "input": "", "output": GOOD},
@@ -94,7 +100,7 @@ def test_broken_samples_are_dropped_with_reasons(tiny_model, tmp_path):
         {"instruction": "truncated", "input": "", "output": long_obs},
     ]
     data = _write(tmp_path, records)
-    res = preprocess(lf_config(tiny_model, data, tmp_path / "o", dataset="cases", cutoff_len=200,
+    res = preprocess(lf_config(model_path, data, tmp_path / "o", dataset="cases", cutoff_len=200,
                                ignore_observation_check="tags"))
     report = res.reports["train"]
     assert report.samples_seen == 6 and report.samples_kept == 1
@@ -108,15 +114,47 @@ def test_broken_samples_are_dropped_with_reasons(tiny_model, tmp_path):
     saved = json.loads((tmp_path / "o" / "afm_mask_report_train.json").read_text())
     assert saved["samples_dropped"] == 5
     # the default check mode 'observation' ignores problems of other tags
-    res2 = preprocess(lf_config(tiny_model, data, tmp_path / "o2", dataset="cases", cutoff_len=200))
+    res2 = preprocess(lf_config(model_path, data, tmp_path / "o2", dataset="cases", cutoff_len=200))
     assert res2.reports["train"].samples_kept == 3
 
 
-def test_report_visualizes_masked_text(tiny_model, demo_data, tmp_path):
-    res = preprocess(lf_config(tiny_model, demo_data, tmp_path / "v"))
+def test_report_visualizes_masked_text(model_path, demo_data, tmp_path):
+    res = preprocess(lf_config(model_path, demo_data, tmp_path / "v"))
     row = res.dataset_module["train_dataset"][0]
     shown = visualize(row["input_ids"], row["labels"], res.tokenizer)
     assert "⟦<observation>" in shown and "</observation>\n\n⟧" in shown and "<answer>" in shown
+
+
+def _cut_after(model_dir, tmp_path, name: str, text: str, upto: str):
+    """Preprocess ``text`` with a cutoff_len that keeps exactly the response tokens of ``upto``."""
+    # plus a short sample that fits, since LLaMA-Factory refuses a dataset left empty
+    data = _write(tmp_path, [{"instruction": "q", "input": "", "output": text},
+                             {"instruction": "q", "input": "", "output": "<answer>ok</answer>"}], name)
+    full = preprocess(lf_config(model_dir, data, tmp_path / f"{name}-full", dataset=name, ignore_observation=False),
+                      force_mask=False)
+    tok, row = full.tokenizer, full.dataset_module["train_dataset"][0]
+    source_len = row["labels"].count(IGNORE_INDEX)
+    keep = len(tok.encode(upto, add_special_tokens=False))
+    assert keep > source_len  # so LLaMA-Factory cuts the response only (infer_seqlen)
+    assert tok.decode(row["input_ids"][source_len : source_len + keep]) == upto
+    return preprocess(lf_config(model_dir, data, tmp_path / name, dataset=name, cutoff_len=source_len + keep)), tok
+
+
+def test_cutoff_right_after_the_lt_of_an_opening_tag_drops_the_sample(qwen_tokenizer_dir, tmp_path):
+    """Qwen2.5 tokenizes '</crawl_page>\n\n<observation>' as ..., '>\n\n', '<', 'observation', ...: a cutoff_len
+    that keeps that '<' used to keep the row and train '<' after the tool call."""
+    think = "<think>" + "let me read the page " * 12 + "</think>\n"
+    call = think + "<crawl_page>https://a.example/p</crawl_page>"
+    text = call + format_observation("PAGE TEXT") + "<answer>a</answer>"
+    res, _ = _cut_after(qwen_tokenizer_dir, tmp_path, "obs_cut", text, call + "\n\n<")
+    assert res.reports["train"].drops == {"truncated_inside_observation": 1}
+    assert res.reports["train"].samples_kept == 1  # the short one
+    # a '<' the model wrote itself (not an observation) keeps the row, '<' trained
+    other = think + "<answer>a <b</answer>"
+    res, tok = _cut_after(qwen_tokenizer_dir, tmp_path, "lt_cut", other, think + "<answer>a <")
+    assert res.reports["train"].drops == {}
+    row = res.dataset_module["train_dataset"][0]
+    assert tok.decode([t for t in row["labels"] if t != IGNORE_INDEX]).endswith("<answer>a <")
 
 
 def test_cache_is_reused_but_not_after_the_overlay_changes(tiny_model, demo_data, tmp_path):

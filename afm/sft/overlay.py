@@ -42,7 +42,6 @@ from afm.sft.masking import mask_observation_labels
 from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
 from afm.sft.token_bytes import TokenBytes
 from afm.trajectory.parse import pairing_problems
-from afm.trajectory.spans import find_observations
 from afm.trajectory.tags import DEFAULT_REGISTRY, Tag, TagKind, TagRegistry
 
 logger = logging.getLogger(__name__)
@@ -155,6 +154,8 @@ def _nfc_merges_tag(text: str, tag: str) -> bool:
     Only a combining mark right after '>' can compose with it (U+0338: '>' becomes '≯'), so only those places are
     checked; the full normalisation runs only when one is found.
     """
+    if text.isascii():
+        return False
     for t in (f"<{tag}>", f"</{tag}>"):
         i = text.find(t)
         while i >= 0:
@@ -168,6 +169,8 @@ def _nfc_merges_tag(text: str, tag: str) -> bool:
 
 def text_problem(text: str, tag: str, mode: str) -> str | None:
     """The drop reason for a response text before encoding, or None when it is fine."""
+    if mode == "observation":
+        return _observation_problem(text, tag)
     if _nfc_merges_tag(text, tag):
         return "normalization_breaks_tag"
     if mode == "none":
@@ -180,23 +183,46 @@ def text_problem(text: str, tag: str, mode: str) -> str | None:
                 return "unclosed_observation" if p.code == "unclosed_tag" else "stray_closing_observation"
             return p.code
         return None
-    spans = find_observations(text, tag)
-    if any(not s.closed for s in spans):
+    return _observation_problem(text, tag)
+
+
+def _observation_problem(text: str, tag: str) -> str | None:
+    """text_problem for mode ``observation`` in one scan: the pairing of afm.trajectory.spans.find_observations
+    (the first closing tag ends an observation) and the NFC check at every tag it passes."""
+    open_t, close_t = f"<{tag}>", f"</{tag}>"
+    plain = text.isascii()  # no combining mark, nothing NFC could merge
+    pos = closed = 0
+    unclosed = suspect = False
+    while (i := text.find(open_t, pos)) >= 0:
+        k = i + len(open_t)
+        suspect |= not plain and k < len(text) and unicodedata.combining(text[k]) > 0
+        j = text.find(close_t, k)
+        if j < 0:
+            unclosed = True
+            break
+        closed += 1
+        pos = j + len(close_t)
+        suspect |= not plain and pos < len(text) and unicodedata.combining(text[pos]) > 0
+    stray = text.count(close_t) > closed
+    # tags the scan did not pass (inside a body, stray) get the full check, as does any suspect place
+    if not plain and (suspect or stray or text.count(open_t) > closed + unclosed) and _nfc_merges_tag(text, tag):
+        return "normalization_breaks_tag"
+    if unclosed:
         return "unclosed_observation"
-    if text.count(f"</{tag}>") > len(spans):
-        return "stray_closing_observation"
-    return None
+    return "stray_closing_observation" if stray else None
 
 
-def _response_texts(response: list[dict[str, Any]]) -> list[str]:
-    return [str(m.get("content", "")) for m in response]
+def _message_texts(messages: list[dict[str, Any]]) -> list[str]:
+    return [str(m.get("content", "")) for m in messages]
 
 
 def _mask_encoded(
-    encoded: tuple, pairwise: bool, table: TokenBytes, tag: str, report: MaskReport
+    encoded: tuple, pairwise: bool, table: TokenBytes, tag: str, report: MaskReport,
+    source: list[str] | None = None,
 ) -> tuple[tuple, str | None]:
     """Mask the label lists of one encoded sample: the new tuple, and a drop reason (None to keep it).
 
+    ``source``: the sample's message texts, which tell what a run cut by ``cutoff_len`` was about to become.
     Labels come back masked even when the sample is to be dropped, so no caller can train on an observation.
     """
     label_slots = (1, 3) if pairwise else (1,)
@@ -204,7 +230,8 @@ def _mask_encoded(
     results = []
     reason = None
     for slot in label_slots:
-        res = mask_observation_labels(encoded[slot], table, tag)
+        # the label lists are fresh from LLaMA-Factory's encoder and owned by this sample: mask them in place
+        res = mask_observation_labels(encoded[slot], table, tag, source, inplace=True)
         out[slot] = res.labels
         results.append(res)
         if res.truncated:
@@ -232,7 +259,10 @@ def _encode_impl(self: Any, orig_encode: Any, pairwise: bool, args: tuple, kwarg
     if not getattr(self.data_args, "ignore_observation", False):
         return encoded
     tag = self.data_args.ignore_observation_token
-    masked, _reason = _mask_encoded(encoded, pairwise, _table(self.tokenizer), tag, MaskReport())
+    prompt = kwargs["prompt"] if "prompt" in kwargs else args[0]
+    response = kwargs["response"] if "response" in kwargs else args[1]
+    source = _message_texts(prompt) + _message_texts(response)
+    masked, _reason = _mask_encoded(encoded, pairwise, _table(self.tokenizer), tag, MaskReport(), source)
     return masked  # outside preprocess_dataset nothing can be dropped, but nothing unmasked is returned either
 
 
@@ -247,6 +277,10 @@ def _preprocess_impl(self: Any, examples: dict[str, list[Any]], orig_preprocess:
     report = MaskReport()
     keep: list[int] = []
     replay: dict[int, tuple] = {}
+    checked: list[tuple[int, list[str]]] = []
+    encoded_all: list[tuple[int, tuple, list[str]]] = []
+    # Separate passes (check all, encode all, mask all): interleaved, the tokenizer's and the byte table's working
+    # sets keep evicting each other from the CPU caches, which cost more than the masking itself.
     for i in range(len(examples["_prompt"])):
         prompt, response = examples["_prompt"][i], examples["_response"][i]
         report.samples_seen += 1
@@ -255,21 +289,30 @@ def _preprocess_impl(self: Any, examples: dict[str, list[Any]], orig_preprocess:
             report.drop("invalid_structure", example_id(prompt, response))
             keep.append(i)
             continue
-        reason = next((r for r in (text_problem(t, tag, mode) for t in _response_texts(response)) if r), None)
-        if reason is None:
-            encoded = orig_encode(
-                self, prompt=prompt, response=response, system=examples["_system"][i],
-                tools=examples["_tools"][i], images=examples["_images"][i] or [],
-                videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
-            )
-            masked, reason = _mask_encoded(encoded, pairwise, table, tag, report)
-            if reason is None:
-                replay[id(prompt)] = masked
+        texts = _message_texts(response)
+        reason = next((r for r in (text_problem(t, tag, mode) for t in texts) if r), None)
         if reason is not None:
             report.drop(reason, example_id(prompt, response))
             continue
+        checked.append((i, texts))
+    for i, texts in checked:
+        prompt, response = examples["_prompt"][i], examples["_response"][i]
+        encoded = orig_encode(
+            self, prompt=prompt, response=response, system=examples["_system"][i],
+            tools=examples["_tools"][i], images=examples["_images"][i] or [],
+            videos=examples["_videos"][i] or [], audios=examples["_audios"][i] or [],
+        )
+        encoded_all.append((i, encoded, texts))
+    for i, encoded, texts in encoded_all:
+        prompt = examples["_prompt"][i]
+        masked, reason = _mask_encoded(encoded, pairwise, table, tag, report, _message_texts(prompt) + texts)
+        if reason is not None:
+            report.drop(reason, example_id(prompt, examples["_response"][i]))
+            continue
+        replay[id(prompt)] = masked
         keep.append(i)
         report.samples_kept += 1
+    keep.sort()
     subset = {k: [v[i] for i in keep] for k, v in examples.items()}
     _STATE.replay[id(self)] = replay
     try:
