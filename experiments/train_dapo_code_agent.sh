@@ -14,6 +14,8 @@
 #   ROLLOUT_ENGINE=sglang LOGGER=console,wandb bash experiments/train_dapo_code_agent.sh trainer.total_epochs=1
 #   NNODES=8 bash experiments/train_dapo_code_agent.sh           # on the Ray head, after experiments/ray_cluster.sh
 #   RESUME_MODE=auto bash experiments/train_dapo_code_agent.sh   # (default) continue from the newest checkpoint
+#   bash experiments/train_dapo_code_agent.sh --local            # no GPU: toy task, tiny policy, verl on the CPU (~1.5 min)
+#   ROLLOUT_ENGINE=hf GPUS_PER_NODE=1 bash experiments/train_dapo_code_agent.sh   # one GPU, no vLLM/SGLang
 #
 # Defaults of this script (each one an environment variable):
 #   MODEL_PATH=saves/AFM-CodeAgent-32B-sft  TRAIN_FILES=data/rl/code_train.parquet  VAL_FILES=data/rl/code_val.parquet

@@ -9,6 +9,7 @@
 #   bash experiments/train_dapo_mhqa_agent.sh                    # train (logs to $CKPT_DIR/train.log)
 #   ROLLOUT_ENGINE=sglang LOGGER=console,wandb bash experiments/train_dapo_mhqa_agent.sh trainer.total_epochs=1
 #   NNODES=8 bash experiments/train_dapo_mhqa_agent.sh           # on the Ray head, after experiments/ray_cluster.sh
+#   ROLLOUT_ENGINE=hf GPUS_PER_NODE=1 bash experiments/train_dapo_mhqa_agent.sh   # one GPU, no vLLM/SGLang (afm/rl/local)
 #   RESUME_MODE=auto bash experiments/train_dapo_mhqa_agent.sh   # (default) continue from the newest checkpoint
 #
 # Defaults of this script (each one an environment variable):
