@@ -6,10 +6,11 @@
 #                       SGLang, and for the CPU. TP is 1 (one replica per rank).
 #   DEVICE=cpu          train on the CPU: verl's FSDP2 engine over gloo on afm's `cpu` platform (VERL_PLATFORM=cpu),
 #                       float32, SDPA attention, no offload, one logical "GPU" per trainer rank for Ray.
-#   --local             the laptop profile: DEVICE=cpu, ROLLOUT_ENGINE=hf, the toy code task and its tiny policy
-#                       (python -m afm.rl.local.toy, built once under runs/rl_local/), 4 prompts x 4 rollouts,
-#                       128-token responses, 4 steps, checkpoints every 2 steps; the real afm_agent loop, code tool
-#                       (nsjail sandbox), compute_score and DAPO. Every knob can still be set.
+#   --local             the laptop profile: DEVICE=cpu, ROLLOUT_ENGINE=hf, 4 prompts x 4 rollouts, 128-token
+#                       responses, 4 steps, checkpoints (with a Hugging Face copy) every 2 steps. The code script
+#                       defaults to the toy code task and its tiny policy (python -m afm.rl.local.toy, built once
+#                       under runs/rl_local/); the web/MHQA scripts need MODEL_PATH and TRAIN_FILES. The real
+#                       afm_agent loop, tools, compute_score and DAPO. Every knob can still be set.
 #
 # Where things run: multi-GPU nodes → vLLM/SGLang (the default); one GPU without them → ROLLOUT_ENGINE=hf;
 # no GPU → --local (or DEVICE=cpu ROLLOUT_ENGINE=hf with your own model and data).
@@ -17,8 +18,12 @@
 # afm_rl_local_profile TASK: the --local defaults (only knobs the caller did not set).
 afm_rl_local_profile() {
   local task=$1
-  [[ $task == code ]] || afm_die "--local runs the toy code task: use experiments/train_dapo_code_agent.sh --local" \
-    "(web/mhqa need their search servers and a policy that calls them; run them with DEVICE=cpu ROLLOUT_ENGINE=hf)"
+  # The toy task is a code task; web/MHQA runs bring their own small policy and parquet (and their tool servers).
+  if [[ $task != code && ( -z ${MODEL_PATH:-} || -z ${TRAIN_FILES:-} ) ]]; then
+    afm_die "--local for the $task agent needs MODEL_PATH and TRAIN_FILES (a small policy that calls its tools, and" \
+      "an RL parquet) and its tool servers running (server/start_servers.sh); the built-in toy task is" \
+      "experiments/train_dapo_code_agent.sh --local"
+  fi
   : "${DEVICE:=cpu}" "${ROLLOUT_ENGINE:=hf}"
   local work=${AFM_LOCAL_DIR:-$AFM_ROOT/runs/rl_local/$task}
   : "${TRAIN_FILES:=$work/toy_train.parquet}" "${VAL_FILES=}" "${MODEL_PATH:=$work/toy_policy}"

@@ -234,7 +234,7 @@ def test_dapo_overlong_knobs_and_filter_switch():
     ("web", {"DEVICE": "tpu"}, (), "DEVICE must be gpu or cpu"),
     ("code", {"DEVICE": "cpu"}, (), "DEVICE=cpu needs ROLLOUT_ENGINE=hf"),
     ("code", {"ROLLOUT_ENGINE": "hf", "TP": "2"}, (), "TP must be 1"),
-    ("web", {}, ("--local",), "--local runs the toy code task"),
+    ("web", {}, ("--local",), "--local for the web agent needs MODEL_PATH and TRAIN_FILES"),
     ("web", {"REWARD_MANAGER": "batch"}, (), "REWARD_MANAGER must be dapo, rate_limited or naive"),
     ("web", {"RESUME_MODE": "resume_path"}, (), "RESUME_FROM_PATH"),
     ("web", {"RESUME_MODE": "latest"}, (), "RESUME_MODE must be"),
