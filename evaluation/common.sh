@@ -33,9 +33,9 @@ afm_eval_help() {
   shift
   for arg in "$@"; do
     if [[ $arg == -h || $arg == --help ]]; then
-      sed -n '2,/^[^#]/p' "$script" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+      afm_print_header "$script"
       echo
-      sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+      afm_print_header "${BASH_SOURCE[0]}"
       exit 0
     fi
   done

@@ -99,6 +99,11 @@ afm_warn_unknown_knobs() {
 }
 
 # ---- help and paths shared by the data, inference and evaluation scripts ------------------------------------------
+# afm_print_header FILE: FILE's leading comment block (its usage and knobs), without the comment marks.
+afm_print_header() {
+  sed -n '2,/^[^#]/p' "$1" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+}
+
 # afm_help_if_asked FILE ARGS...: when an argument is -h or --help, print FILE's leading comment block (its usage
 # and knobs) and exit 0.
 afm_help_if_asked() {
@@ -106,7 +111,7 @@ afm_help_if_asked() {
   shift
   for arg in "$@"; do
     if [[ $arg == -h || $arg == --help ]]; then
-      sed -n '2,/^[^#]/p' "$file" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+      afm_print_header "$file"
       exit 0
     fi
   done
