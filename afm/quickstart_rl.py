@@ -1,0 +1,152 @@
+"""The RL stage of the miniature recipe: DAPO through verl's real trainer on the local CPU backend.
+
+The quickstart runs in the LLaMA-Factory environment (``.venv``); verl lives in its own (``.venv-rl``, transformers
+pins differ), so this module never imports verl: it writes a verl tools yaml pointing at the running demo servers
+and launches ``experiments/train_dapo_<task>.sh --local`` with the ``.venv-rl`` interpreter, exactly as a user
+would, then reads the step metrics from the console log and the final Hugging Face checkpoint from disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+VERL_TOOLS = REPO / "configs" / "verl" / "tools" / "afm.yaml"
+_STEP = re.compile(r"step:(\d+) - (.*)")
+
+
+@dataclass
+class DapoRun:
+    """What a finished DAPO run left: the final policy (HF format), per-step metrics, the console log."""
+
+    model: Path
+    steps: list[dict[str, float]] = field(default_factory=list)
+    log: Path | None = None
+    seconds: float = 0.0
+
+    def curve(self, key: str) -> list[tuple[int, float]]:
+        """(step, value) of one console metric, e.g. ``critic/score/mean``."""
+        return [(int(s["step"]), s[key]) for s in self.steps if key in s]
+
+
+def verl_tools_yaml(afm_tools: Mapping[str, Any], base: str | Path = VERL_TOOLS) -> dict[str, Any]:
+    """verl's tools yaml for the tools of an afm tools config (``{"tools": [{"name", "config"}]}``).
+
+    Entries come from ``base`` (schemas, call timeouts); each tool's afm settings (server URL, results per query,
+    sandbox mode, ...) replace the base's, so the RL rollouts see the same observations as the SFT data and the
+    evaluations. Tools the afm config does not name are left out.
+    """
+    wanted = {t["name"]: dict(t.get("config") or {}) for t in afm_tools["tools"]}
+    doc = yaml.safe_load(Path(base).read_text())
+    entries = []
+    for entry in doc["tools"]:
+        name = entry["config"]["afm_tool"]
+        if name in wanted:
+            entry["config"].update(wanted.pop(name))
+            entries.append(entry)
+    if wanted:
+        raise ValueError(f"{base} has no entry for tool(s) {sorted(wanted)}")
+    return {"tools": entries}
+
+
+def rl_python() -> Path:
+    """The interpreter of verl's environment: ``$AFM_RL_PYTHON``, else ``$AFM_RL_VENV/bin/python`` (``.venv-rl``)."""
+    if os.environ.get("AFM_RL_PYTHON"):
+        return Path(os.environ["AFM_RL_PYTHON"])
+    venv = Path(os.environ.get("AFM_RL_VENV", REPO / ".venv-rl"))
+    python = (venv if venv.is_absolute() else REPO / venv) / "bin" / "python"
+    if not python.exists():
+        raise FileNotFoundError(
+            f"the RL stage needs verl's environment, not found at {python}: run "
+            "`AFM_VENV=.venv-rl AFM_EXTRAS=rl,servers,sandbox,eval,dev bash scripts/install.sh` "
+            "(scripts/quickstart.sh does), or set AFM_RL_PYTHON")
+    return python
+
+
+def parse_steps(log_text: str) -> list[dict[str, float]]:
+    """verl's console metrics (``step:N - key:value - ...``) as one dict per step (numbers only)."""
+    out: dict[int, dict[str, float]] = {}
+    for line in log_text.splitlines():
+        m = _STEP.search(line)
+        if not m:
+            continue
+        row: dict[str, float] = {"step": float(m.group(1))}
+        for part in m.group(2).split(" - "):
+            key, _, value = part.partition(":")
+            try:
+                row[key.strip()] = float(value)
+            except ValueError:
+                continue
+        out[int(m.group(1))] = row  # a resumed run logs a step again: keep the last
+    return [out[k] for k in sorted(out)]
+
+
+def latest_hf_checkpoint(ckpt_dir: str | Path) -> Path:
+    """``global_step_N/actor/huggingface`` of the highest N (written with ``SAVE_HF_MODEL=true``)."""
+    ckpt = Path(ckpt_dir)
+    steps = sorted((int(p.name.split("_")[-1]), p) for p in ckpt.glob("global_step_*") if p.name.split("_")[-1].isdigit())
+    for _, path in reversed(steps):
+        hf = path / "actor" / "huggingface"
+        if (hf / "config.json").exists():
+            return hf
+    raise FileNotFoundError(f"no Hugging Face checkpoint under {ckpt} (global_step_*/actor/huggingface)")
+
+
+def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str, Any], work: str | Path, *,
+             task: str = "code", steps: int = 24, knobs: Mapping[str, Any] | None = None,
+             echo: bool = True) -> DapoRun:
+    """``bash experiments/train_dapo_<task>.sh --local`` from ``model`` on ``train_files`` with the given tools.
+
+    ``knobs`` are the script's environment knobs (``ROLLOUT_N``, ``MAX_RESPONSE_LENGTH``, ``LR``, ...); the local
+    profile fills the rest. Raises with the log's tail when the run fails.
+    """
+    work = Path(work).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    tools_yaml = work / "verl_tools.yaml"
+    tools_yaml.write_text(yaml.safe_dump(verl_tools_yaml(afm_tools), sort_keys=False))
+    python = rl_python()
+    env = dict(os.environ)
+    for key in ("RAY_ADDRESS", "VERL_PLATFORM", "VERL_ENGINE_DEVICE", "VIRTUAL_ENV", "PYTHONHOME"):
+        env.pop(key, None)
+    env.update({"MODEL_PATH": str(Path(model).absolute()), "TRAIN_FILES": str(Path(train_files).absolute()),
+                "TOOL_CONFIG": str(tools_yaml), "CKPT_DIR": str(work / "checkpoints"),
+                "AFM_LOCAL_DIR": str(work), "TOTAL_TRAINING_STEPS": str(steps), "SAVE_FREQ": str(steps),
+                "SAVE_HF_MODEL": "true", "PYTHON": str(python), "RAY_DEDUP_LOGS": "0",
+                "EXPERIMENT_NAME": "quickstart_rl"})
+    env.update({k: str(v) for k, v in (knobs or {}).items()})
+    log = work / "dapo.log"
+    cmd = ["bash", str(REPO / "experiments" / f"train_dapo_{task}_agent.sh"), "--local"]
+    if echo:
+        print(f"$ {' '.join(cmd)}   (log: {log})", flush=True)
+    t0 = time.monotonic()
+    with log.open("w") as f:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, text=True)
+    _stop_ray(python)
+    text = log.read_text(errors="replace")
+    if proc.returncode != 0:
+        tail = "\n".join(text.splitlines()[-40:])
+        raise RuntimeError(f"DAPO run failed (exit {proc.returncode}); log {log}:\n{tail}")
+    return DapoRun(model=latest_hf_checkpoint(work / "checkpoints"), steps=parse_steps(text), log=log,
+                   seconds=time.monotonic() - t0)
+
+
+def _stop_ray(python: Path) -> None:
+    """Stop the local Ray cluster the run started (its workers would otherwise hold the cores)."""
+    ray = python.parent / "ray"
+    if ray.exists():
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, timeout=120, check=False)
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m afm.quickstart_rl MODEL PARQUET WORK
+    print(run_dapo(sys.argv[1], sys.argv[2], {"tools": [{"name": "code", "config": {"mode": "pool"}}]},
+                   sys.argv[3], steps=int(sys.argv[4]) if len(sys.argv) > 4 else 4))

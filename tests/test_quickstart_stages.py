@@ -1,0 +1,94 @@
+"""The quickstart's stage summary (accuracy per stage and family with CIs, costs, paired differences, plot) and the
+pure parts of its RL stage (verl tools yaml from the demo servers' tools, verl console metrics, checkpoints)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from afm.quickstart_rl import VERL_TOOLS, latest_hf_checkpoint, parse_steps, verl_tools_yaml
+from afm.quickstart_summary import stage_summary, write_report
+
+
+def _rec(family: str, qid: str, acc: float, tool_calls: int, tokens: int) -> dict:
+    return {"key": f"{family}/{qid}#0", "benchmark": family, "qid": qid, "sample": 0, "question": qid,
+            "gold": "g", "level": None, "data_source": family, "score": acc, "acc": acc, "method": "em",
+            "pred": "p", "finish_reason": "answer", "tool_calls": tool_calls, "tool_counts": {},
+            "model_tokens": tokens, "observation_tokens": 10, "turns": 2, "wall_s": 1.0, "error": None}
+
+
+def _run(path: Path, solved: dict[str, int], n: int = 10) -> Path:
+    """One eval run: per family, the first ``solved[family]`` of ``n`` questions right."""
+    path.mkdir(parents=True)
+    recs = [_rec(fam, f"q{i}", float(i < k), tool_calls=1 + (i < k), tokens=100 + i)
+            for fam, k in solved.items() for i in range(n)]
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (path / "config.json").write_text(json.dumps({"model": "m", "benchmarks": sorted(solved)}))
+    return path
+
+
+def test_stage_summary_values_and_report(tmp_path):
+    runs = {"untrained": _run(tmp_path / "u", {"code": 0, "lookup": 0}),
+            "sft": _run(tmp_path / "s", {"code": 8, "lookup": 5}),
+            "rl": _run(tmp_path / "r", {"code": 9, "lookup": 10})}
+    s = stage_summary(runs, compare=[("rl", "sft"), ("sft", "untrained")])
+    assert list(s["stages"]) == ["untrained", "sft", "rl"]
+    assert s["stages"]["sft"] == {"code": 0.8, "lookup": 0.5, "macro": pytest.approx(0.65)}
+    assert s["stages"]["rl"]["macro"] == pytest.approx(0.95)
+    assert s["questions"] == {"code": 10, "lookup": 10}
+    lo, hi = s["ci"]["sft"]["lookup"]
+    assert 0.1 <= lo < 0.5 < hi <= 0.9
+    assert s["ci"]["untrained"]["code"] == [0.0, 0.0]
+    # solved samples make 2 calls, failed ones 1; tokens per solved task = model + observation tokens
+    assert s["tool_calls"]["sft"]["code"] == pytest.approx(1.8)
+    assert s["tokens_per_solved"]["sft"]["code"] == pytest.approx(10 + sum(100 + i for i in range(8)) / 8)
+    assert s["tokens_per_solved"]["untrained"]["code"] is None
+    lookup = s["comparisons"]["rl_vs_sft"]["lookup"]
+    assert lookup["diff"] == pytest.approx(0.5) and lookup["excludes_zero"] and lookup["ci"][0] > 0
+    code = s["comparisons"]["rl_vs_sft"]["code"]
+    assert code["diff"] == pytest.approx(0.1) and not code["excludes_zero"]
+    summary_path, report = write_report(s, tmp_path / "out", notes=["a note"])
+    assert json.loads(summary_path.read_text())["stages"]["rl"]["lookup"] == 1.0
+    text = report.read_text()
+    assert "| sft | 80% [" in text and "| lookup | +50 pt |" in text and "- a note" in text
+    png = (tmp_path / "out" / "summary.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_verl_tools_yaml_takes_the_demo_servers_settings():
+    afm_tools = {"tools": [{"name": "web_search", "config": {"url": "http://127.0.0.1:5/search", "num_results": 3}},
+                           {"name": "code", "config": {"timeout": 10, "mode": "pool"}}]}
+    doc = verl_tools_yaml(afm_tools)
+    names = [e["config"]["afm_tool"] for e in doc["tools"]]
+    assert names == ["web_search", "code"]
+    web = doc["tools"][0]
+    assert web["config"]["url"] == "http://127.0.0.1:5/search" and web["config"]["num_results"] == 3
+    base = {e["config"]["afm_tool"]: e for e in yaml.safe_load(VERL_TOOLS.read_text())["tools"]}
+    assert web["tool_schema"] == base["web_search"]["tool_schema"]
+    assert web["class_name"] == "afm.rl.tools.AfmVerlTool"
+    with pytest.raises(ValueError, match="no entry for tool"):
+        verl_tools_yaml({"tools": [{"name": "calculator"}]})
+
+
+def test_parse_steps_reads_verl_console_metrics():
+    log = ("(TaskRunner pid=1) step:1 - critic/score/mean:0.25 - actor/lr:0.0001 - note:text\n"
+           "noise\n(TaskRunner pid=1) step:2 - critic/score/mean:0.5\n"
+           "(TaskRunner pid=1) step:2 - critic/score/mean:0.75\n")
+    steps = parse_steps(log)
+    assert [s["step"] for s in steps] == [1.0, 2.0]
+    assert steps[0] == {"step": 1.0, "critic/score/mean": 0.25, "actor/lr": 0.0001}
+    assert steps[1]["critic/score/mean"] == 0.75  # a resumed run's repeated step: the last one counts
+
+
+def test_latest_hf_checkpoint(tmp_path):
+    for step in (2, 10):
+        hf = tmp_path / f"global_step_{step}" / "actor" / "huggingface"
+        hf.mkdir(parents=True)
+        (hf / "config.json").write_text("{}")
+    (tmp_path / "global_step_12" / "actor").mkdir(parents=True)  # no HF copy (SAVE_HF_MODEL off): skipped
+    assert latest_hf_checkpoint(tmp_path) == tmp_path / "global_step_10" / "actor" / "huggingface"
+    with pytest.raises(FileNotFoundError, match="no Hugging Face checkpoint"):
+        latest_hf_checkpoint(tmp_path / "global_step_12")
