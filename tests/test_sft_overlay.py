@@ -65,8 +65,10 @@ def test_packing_and_neat_packing_still_mask(model_path, demo_data, tmp_path):
     for flag in ("packing", "neat_packing"):
         res = preprocess(lf_config(model_path, demo_data, tmp_path / flag, **{flag: True, "cutoff_len": 2048}))
         rows = res.dataset_module["train_dataset"]
-        assert len(rows) >= 1
-        trained = res.tokenizer.decode([t for r in rows for t in r["labels"] if t != IGNORE_INDEX])
+        trained_ids = [t for r in rows for t in r["labels"] if t != IGNORE_INDEX]
+        # packing regroups the kept samples: every label the masking left is trained, nothing else
+        assert len(trained_ids) == res.reports["train"].tokens_trained
+        trained = res.tokenizer.decode(trained_ids)
         assert "observation" not in trained and "<answer>" in trained
         assert res.reports["train"].samples_kept == 24
 
