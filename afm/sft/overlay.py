@@ -13,6 +13,9 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
 4. ``llamafactory.launcher.__file__`` points at :mod:`afm.sft.launcher`, so torchrun workers re-execute our
    entry point (with the patches) instead of LLaMA-Factory's.
 
+Every upstream name touched here is listed in :data:`afm.sft.compat.UPSTREAM` (tested one by one), and
+:func:`apply` first checks that the installed LLaMA-Factory is a supported release.
+
 A field with ``init=False`` carries a hash of the overlay's source into the datasets map fingerprint, so a
 changed overlay never reuses a cache built by an older one.
 """
@@ -38,6 +41,7 @@ from llamafactory.hparams import parser as lf_parser
 from llamafactory.hparams.data_args import DataArguments
 
 from afm.sft import launcher as afm_launcher
+from afm.sft.compat import require_supported
 from afm.sft.masking import mask_observation_labels
 from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
 from afm.sft.token_bytes import TokenBytes
@@ -446,7 +450,9 @@ def _replace_data_arguments() -> None:
 
 
 def apply() -> None:
-    """Install every patch (safe to call more than once)."""
+    """Install every patch (safe to call more than once); raises
+    :class:`~afm.sft.compat.UnsupportedLlamaFactory` outside the supported LLaMA-Factory releases."""
+    require_supported()
     _replace_data_arguments()
     _patch_parser()
     sup = lf_supervised.SupervisedDatasetProcessor
