@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from afm.agent.backend import ModelBackend, SamplingParams
@@ -47,6 +47,15 @@ class AgentConfig:
 
     def stops(self) -> tuple[str, ...]:
         return tuple(stop_strings(list(self.tools)))
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of field ``name``: the one place the CLI (``afm infer``), the scripts and the verl loop read
+        a rollout limit from, so none of them restates it."""
+        for f in fields(cls):
+            if f.name == name:
+                return f.default_factory() if f.default is MISSING else f.default
+        raise AttributeError(f"AgentConfig has no field {name!r}")
 
 
 def truncate_text(text: str, limit: int) -> tuple[str, bool]:
