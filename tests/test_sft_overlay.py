@@ -227,3 +227,21 @@ def test_bad_arguments_give_clear_errors(tiny_model, demo_data, tmp_path):
         preprocess(lf_config(tiny_model, demo_data, tmp_path / "e2", stage="pt"))
     with pytest.raises(ValueError, match="streaming"):
         preprocess(lf_config(tiny_model, demo_data, tmp_path / "e3", streaming=True, max_steps=2))
+
+
+def test_token_tables_live_as_long_as_their_tokenizer(tiny_model):
+    """Keyed on id(), a table outlived its tokenizer and could serve a later tokenizer given the same address."""
+    import gc
+    import weakref
+
+    from transformers import AutoTokenizer
+
+    from afm.sft import overlay
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    table = overlay._table(tok)
+    assert overlay._table(tok) is table
+    ref = weakref.ref(table)
+    del tok, table
+    gc.collect()
+    assert ref() is None

@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 import unicodedata
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -115,14 +116,20 @@ class AfmDataArguments(DataArguments):
 
 
 class _State:
-    """Per-process caches (token tables, encodings to replay).
+    """Per-process caches of the wrappers: token tables per tokenizer, and the encodings to replay.
 
-    datasets fingerprints the map function with dill, which follows every global a function can reach; this object
-    pickles as a constant so the caches' contents never leak into the fingerprint (else the cache never hits).
+    Why ``__reduce__``: datasets fingerprints a map function by pickling (dill) everything the function reaches,
+    module globals included. The wrappers reach this object, so its contents would enter the fingerprint, change
+    from one call to the next, and the datasets cache would never hit. Pickled as "call ``_state()``" it is a
+    constant; a worker process that unpickles it gets its own caches.
     """
 
     def __init__(self) -> None:
-        self.tables: dict[int, TokenBytes] = {}
+        # weak keys: a table lives as long as its tokenizer (an id() key could be reused by a later tokenizer)
+        self.tables: weakref.WeakKeyDictionary[Any, TokenBytes] = weakref.WeakKeyDictionary()
+        # id(processor) -> {id(prompt list): masked encoding}. id() because LLaMA-Factory's processors are
+        # dataclasses (unhashable). Safe: an entry exists only during the preprocess_dataset call that made it,
+        # while that processor and the prompt lists it keys (held by the examples batch) are alive.
         self.replay: dict[int, dict[int, tuple]] = {}
 
     def __reduce__(self) -> tuple:
@@ -137,10 +144,9 @@ def _state() -> _State:
 
 
 def _table(tokenizer: Any) -> TokenBytes:
-    key = id(tokenizer)
-    table = _STATE.tables.get(key)
+    table = _STATE.tables.get(tokenizer)
     if table is None:
-        table = _STATE.tables[key] = TokenBytes(tokenizer)
+        table = _STATE.tables[tokenizer] = TokenBytes(tokenizer)
     return table
 
 
@@ -253,6 +259,7 @@ def _mask_encoded(
 
 
 def _encode_impl(self: Any, orig_encode: Any, pairwise: bool, args: tuple, kwargs: dict) -> tuple:
+    # Inside our preprocess_dataset, LLaMA-Factory asks again for encodings we already made and masked: replay them.
     replay = _STATE.replay.get(id(self))
     if replay is not None:
         prompt = kwargs["prompt"] if "prompt" in kwargs else args[0]
