@@ -84,10 +84,7 @@ if [[ "${SKIP_INFER:-0}" != "1" ]]; then
          --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --concurrency "$CONCURRENCY"
          --q-key "$Q_KEY" --answer-key "$ANSWER_KEY" --id-key "$ID_KEY")
   # the rollout limits only when set: afm infer's defaults are AgentConfig's (one place)
-  [[ -n "${MAX_TURNS:-}" ]] && infer+=(--max-turns "$MAX_TURNS")
-  [[ -n "${MAX_TOKENS_PER_TURN:-}" ]] && infer+=(--max-tokens-per-turn "$MAX_TOKENS_PER_TURN")
-  [[ -n "${MAX_RESPONSE_TOKENS:-}" ]] && infer+=(--max-response-tokens "$MAX_RESPONSE_TOKENS")
-  [[ -n "${MAX_MODEL_LEN:-}" ]] && infer+=(--max-model-len "$MAX_MODEL_LEN")
+  afm_limit_flags infer
   [[ -n "${TOOLS:-}" ]] && infer+=(--tools "$TOOLS")
   [[ -n "${TOOLS_CONFIG:-}" ]] && infer+=(--tools-config "$TOOLS_CONFIG")
   [[ -n "$SEED" ]] && infer+=(--seed "$SEED")

@@ -64,11 +64,8 @@ cmd=("$PYTHON" -m afm.cli infer --input "$INPUT" --output "$OUTPUT" --backend "$
      --base-url "$BASE_URL" --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
      --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --concurrency "$CONCURRENCY" --q-key "$Q_KEY"
      --answer-key "$ANSWER_KEY")
-# The rollout limits are passed only when set: their defaults live in one place (AgentConfig).
-[[ -n "${MAX_TURNS:-}" ]] && cmd+=(--max-turns "$MAX_TURNS")
-[[ -n "${MAX_TOKENS_PER_TURN:-}" ]] && cmd+=(--max-tokens-per-turn "$MAX_TOKENS_PER_TURN")
-[[ -n "${MAX_RESPONSE_TOKENS:-}" ]] && cmd+=(--max-response-tokens "$MAX_RESPONSE_TOKENS")
-[[ -n "${MAX_MODEL_LEN:-}" ]] && cmd+=(--max-model-len "$MAX_MODEL_LEN")
+# The rollout limits only when set: their defaults live in one place (AgentConfig).
+afm_limit_flags cmd
 [[ -n "$TOOLS" ]] && cmd+=(--tools "$TOOLS")
 [[ -n "$TOOLS_CONFIG" ]] && cmd+=(--tools-config "$TOOLS_CONFIG")
 [[ -n "$SEED" ]] && cmd+=(--seed "$SEED")
