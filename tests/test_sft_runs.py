@@ -23,6 +23,21 @@ def _train_loss(out):
     return json.loads((out / "all_results.json").read_text())["train_loss"]
 
 
+def _report(out) -> dict:
+    report = json.loads((out / "afm_mask_report_train.json").read_text())
+    report.pop("from_cache", None)
+    return report
+
+
+def _expected_report(cfg: dict) -> dict:
+    """The mask report of this config computed in this process (afm-sft mask-report's pipeline, no training)."""
+    from afm.sft.report import preprocess
+
+    report = preprocess(dict(cfg)).reports["train"].to_dict()
+    report.pop("from_cache", None)
+    return report
+
+
 def _first_step_loss(out):
     return json.loads((out / "trainer_state.json").read_text())["log_history"][0]["loss"]
 
@@ -63,14 +78,14 @@ def test_sft_masked_vs_unmasked_and_packed(tiny_model, demo_data, tmp_path):
         assert _first_step_loss(out) == pytest.approx(_untrained_loss(cfg), rel=5e-5), name
         assert _train_loss(out) < _first_step_loss(out)  # three steps of training lowered it
         if extra.get("ignore_observation", True):
-            reports[name] = json.loads((out / "afm_mask_report_train.json").read_text())
-            assert reports[name]["tokens_masked"] > 0 and reports[name]["drops"] == {"unclosed_observation": 2}
+            reports[name] = _report(out)
+            assert reports[name]["drops"] == {"unclosed_observation": 2}
+            assert reports[name] == _expected_report(yaml.safe_load(cfg.read_text()))
             assert "[afm] observation masking" in proc.stdout
         else:
             assert not (out / "afm_mask_report_train.json").exists()
     # packing concatenates the same masked samples: the same tokens are trained and masked
-    assert {k: v for k, v in reports["packed"].items() if k != "from_cache"} == \
-        {k: v for k, v in reports["masked"].items() if k != "from_cache"}
+    assert reports["packed"] == reports["masked"]
 
 
 def test_dpo_masked(tiny_model, demo_data, tmp_path):
@@ -78,8 +93,8 @@ def test_dpo_masked(tiny_model, demo_data, tmp_path):
                       pref_beta=0.1, pref_loss="sigmoid")
     proc = run_afm_sft(["train", str(cfg)])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads((out / "afm_mask_report_train.json").read_text())
-    assert report["samples_kept"] == 12 and report["tokens_masked"] > 0
+    report = _report(out)
+    assert report["samples_kept"] == 12 and report == _expected_report(yaml.safe_load(cfg.read_text()))
     assert "rewards/accuracies" in (out / "trainer_state.json").read_text()
 
 
@@ -94,7 +109,8 @@ def test_cli_flags_without_config_file(tiny_model, demo_data, tmp_path):
         "--cache_dir", str(tmp_path / "hf-cache"),
     ])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert json.loads((out / "afm_mask_report_train.json").read_text())["tokens_masked"] > 0
+    # the flags reach the same masking as the equivalent config file
+    assert _report(out) == _expected_report(lf_config(tiny_model, demo_data, tmp_path / "ref"))
 
 
 def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
@@ -107,8 +123,8 @@ def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
     assert "Initializing 2 distributed tasks" in logs
     # both ranks parsed ignore_observation: stock LLaMA-Factory workers would reject the unknown key
     assert "process rank: 1, world size: 2" in logs.lower()
-    report = json.loads((out / "afm_mask_report_train.json").read_text())
-    assert report["tokens_masked"] > 0
+    single = {k: v for k, v in yaml.safe_load(cfg.read_text()).items() if k != "ddp_backend"}
+    assert _report(out) == _expected_report(single)  # both ranks' work counted once
 
 
 def test_bad_cli_input_gives_clear_errors(tiny_model, demo_data, tmp_path):
