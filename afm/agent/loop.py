@@ -248,7 +248,7 @@ class AgentLoop:
             return reason
         obs, rec = await self._call_tool(state, gen, text)
         obs, truncated = truncate_text(self.on_observation(rec, obs), config.max_observation_chars)
-        obs_ids, obs_text, shrunk = self._fit_observation(obs, len(state.context), state.response_len)
+        obs_ids, obs_text, shrunk = self._fit_observation(obs, state.room(config) - config.min_turn_tokens)
         rec.truncated = truncated or shrunk
         rec.observation_chars = len(obs_text)
         rec.observation_tokens = len(obs_ids) if obs_ids is not None else 0
@@ -273,12 +273,9 @@ class AgentLoop:
         rec.turn = traj.turns
         return obs, rec
 
-    def _fit_observation(self, content: str, context_len: int, response_len: int) -> tuple[list[int] | None, str,
-                                                                                           bool]:
-        """Encode the observation; shrink its content so that a next turn still fits, or give up (None)."""
-        config, tokenizer = self.config, self.tokenizer
-        room = (min(config.max_model_len - context_len, config.max_response_tokens - response_len)
-                - config.min_turn_tokens)
+    def _fit_observation(self, content: str, room: int) -> tuple[list[int] | None, str, bool]:
+        """Encode the observation in at most ``room`` tokens, shrinking its content, or give up (None)."""
+        tokenizer = self.tokenizer
         text = self.format_observation(content)
         ids = tokenizer.encode(text)
         if len(ids) <= room:

@@ -145,8 +145,8 @@ class AfmAgentLoop(AgentLoopBase):
             (default ``$AFM_RL_TRACE_DIR``; unset = off). For checking what RL trains on; large on real runs.
 
     An absent key takes :class:`afm.agent.loop.AgentConfig`'s default for the field of the same name (the one
-    place the rollout limits are written). Token limits always hold: response ≤ ``rollout.response_length``, prompt + response ≤ ``rollout.max_model_len``
-    (default prompt_length + response_length).
+    place the rollout limits are written). Token limits always hold: response ≤ ``rollout.response_length``,
+    prompt + response ≤ ``rollout.max_model_len`` (default prompt_length + response_length).
     """
 
     def __init__(self, *args: Any, tools: ToolListWrap | None = None, name: str | None = None,

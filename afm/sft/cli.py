@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from afm.sft.compat import UnsupportedLlamaFactory
+from afm.sft.compat import UnsupportedLlamaFactory, require_supported
 
 USAGE = __doc__.strip()
 _LF_COMMANDS = {"train", "export", "chat", "api", "webchat", "webui", "env", "version", "help"}
@@ -80,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
         if command not in _LF_COMMANDS:
             raise CliError(f"unknown command {command!r}\n{USAGE}")
         rest = normalize_args(rest)
-        from afm.sft.compat import require_supported
-
         require_supported()  # before the overlay imports LLaMA-Factory's modules, which may have moved
         from afm.sft.overlay import apply
 
