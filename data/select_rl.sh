@@ -16,7 +16,7 @@
 #   MODEL, BASE_URL, TOKENIZER, BACKEND (openai|hf)   the reference model (see inference/inference.sh)
 #   PROMPT           web_agent (web) | code_agent (code); TOOLS, TOOLS_CONFIG as for afm infer
 #   N_SAMPLES        32 (web) | 8 (code);  TEMPERATURE 1.0, TOP_P 0.9, TOP_K 20, SEED (empty), CONCURRENCY 64
-#   MAX_TURNS 25, MAX_TOKENS_PER_TURN 4096, MAX_RESPONSE_TOKENS 30720, MAX_MODEL_LEN 32768
+#   MAX_TURNS, MAX_TOKENS_PER_TURN, MAX_RESPONSE_TOKENS, MAX_MODEL_LEN   unset: afm infer's defaults (AgentConfig's)
 #   THRESHOLD        0.3 (web)
 #   SCORER           em (web) | rewards (code: sandboxed tests / Math-Verify by data source)
 #   EXCLUDE          space-separated SFT files whose questions RL must not contain (web; the paper keeps SFT
@@ -56,10 +56,6 @@ TOP_P="${TOP_P:-0.9}"
 TOP_K="${TOP_K:-20}"
 SEED="${SEED:-}"
 CONCURRENCY="${CONCURRENCY:-64}"
-MAX_TURNS="${MAX_TURNS:-25}"
-MAX_TOKENS_PER_TURN="${MAX_TOKENS_PER_TURN:-4096}"
-MAX_RESPONSE_TOKENS="${MAX_RESPONSE_TOKENS:-30720}"
-MAX_MODEL_LEN="${MAX_MODEL_LEN:-32768}"
 THRESHOLD="${THRESHOLD:-0.3}"
 SCORER="${SCORER:-$SCORER_DEFAULT}"
 EXCLUDE="${EXCLUDE:-}"
@@ -85,10 +81,10 @@ if [[ "${SKIP_INFER:-0}" != "1" ]]; then
   [[ $DRY_RUN == true ]] || mkdir -p "$(dirname "$SAMPLES")"
   infer=("$PYTHON" -m afm.cli infer --input "$QUESTIONS" --output "$SAMPLES" --backend "$BACKEND" --model "$MODEL"
          --base-url "$BASE_URL" --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
-         --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --max-turns "$MAX_TURNS"
-         --max-tokens-per-turn "$MAX_TOKENS_PER_TURN" --max-response-tokens "$MAX_RESPONSE_TOKENS"
-         --max-model-len "$MAX_MODEL_LEN" --concurrency "$CONCURRENCY" --q-key "$Q_KEY" --answer-key "$ANSWER_KEY"
-         --id-key "$ID_KEY")
+         --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --concurrency "$CONCURRENCY"
+         --q-key "$Q_KEY" --answer-key "$ANSWER_KEY" --id-key "$ID_KEY")
+  # the rollout limits only when set: afm infer's defaults are AgentConfig's (one place)
+  afm_limit_flags infer
   [[ -n "${TOOLS:-}" ]] && infer+=(--tools "$TOOLS")
   [[ -n "${TOOLS_CONFIG:-}" ]] && infer+=(--tools-config "$TOOLS_CONFIG")
   [[ -n "$SEED" ]] && infer+=(--seed "$SEED")

@@ -17,7 +17,9 @@
 #   PROMPT                web_agent         system prompt key (web_agent, mhqa, code_agent, math_agent, ...)
 #   TOOLS, TOOLS_CONFIG   (prompt's tools)  comma-separated tool names; YAML of tool settings
 #   N_SAMPLES 1  TEMPERATURE 1.0  TOP_P 0.9  TOP_K 20  SEED (none)
-#   MAX_TURNS 25  MAX_TOKENS_PER_TURN 4096  MAX_RESPONSE_TOKENS 30720  MAX_MODEL_LEN 32768  CONCURRENCY 64
+#   CONCURRENCY 64
+#   MAX_TURNS, MAX_TOKENS_PER_TURN, MAX_RESPONSE_TOKENS, MAX_MODEL_LEN   (unset: afm infer's defaults, which are
+#                         the rollout limits of afm.agent.loop.AgentConfig; `afm infer --help` shows them)
 #   Q_KEY question  ANSWER_KEY answer
 #   PYTHON                <repo>/.venv/bin/python if present, else python3
 #
@@ -53,10 +55,6 @@ TEMPERATURE="${TEMPERATURE:-1.0}"
 TOP_P="${TOP_P:-0.9}"
 TOP_K="${TOP_K:-20}"
 SEED="${SEED:-}"
-MAX_TURNS="${MAX_TURNS:-25}"
-MAX_TOKENS_PER_TURN="${MAX_TOKENS_PER_TURN:-4096}"
-MAX_RESPONSE_TOKENS="${MAX_RESPONSE_TOKENS:-30720}"
-MAX_MODEL_LEN="${MAX_MODEL_LEN:-32768}"
 CONCURRENCY="${CONCURRENCY:-64}"
 Q_KEY="${Q_KEY:-question}"
 ANSWER_KEY="${ANSWER_KEY:-answer}"
@@ -64,9 +62,10 @@ PYTHON=$(afm_python "$ROOT")
 
 cmd=("$PYTHON" -m afm.cli infer --input "$INPUT" --output "$OUTPUT" --backend "$BACKEND" --model "$MODEL"
      --base-url "$BASE_URL" --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
-     --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --max-turns "$MAX_TURNS"
-     --max-tokens-per-turn "$MAX_TOKENS_PER_TURN" --max-response-tokens "$MAX_RESPONSE_TOKENS"
-     --max-model-len "$MAX_MODEL_LEN" --concurrency "$CONCURRENCY" --q-key "$Q_KEY" --answer-key "$ANSWER_KEY")
+     --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --concurrency "$CONCURRENCY" --q-key "$Q_KEY"
+     --answer-key "$ANSWER_KEY")
+# The rollout limits only when set: their defaults live in one place (AgentConfig).
+afm_limit_flags cmd
 [[ -n "$TOOLS" ]] && cmd+=(--tools "$TOOLS")
 [[ -n "$TOOLS_CONFIG" ]] && cmd+=(--tools-config "$TOOLS_CONFIG")
 [[ -n "$SEED" ]] && cmd+=(--seed "$SEED")

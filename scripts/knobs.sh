@@ -135,3 +135,14 @@ afm_python() {
     printf '%s' python3
   fi
 }
+
+# afm_limit_flags ARRAY: append afm infer's rollout-limit flags for the knobs the user set (MAX_TURNS,
+# MAX_TOKENS_PER_TURN, MAX_RESPONSE_TOKENS, MAX_MODEL_LEN) to the array named ARRAY. An unset knob passes nothing,
+# so the default stays the one of afm.agent.loop.AgentConfig (written once, shown by `afm infer --help`).
+afm_limit_flags() {
+  local -n _afm_argv=$1
+  if [[ -n ${MAX_TURNS:-} ]]; then _afm_argv+=(--max-turns "$MAX_TURNS"); fi
+  if [[ -n ${MAX_TOKENS_PER_TURN:-} ]]; then _afm_argv+=(--max-tokens-per-turn "$MAX_TOKENS_PER_TURN"); fi
+  if [[ -n ${MAX_RESPONSE_TOKENS:-} ]]; then _afm_argv+=(--max-response-tokens "$MAX_RESPONSE_TOKENS"); fi
+  if [[ -n ${MAX_MODEL_LEN:-} ]]; then _afm_argv+=(--max-model-len "$MAX_MODEL_LEN"); fi
+}

@@ -14,6 +14,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _cuda_missing() -> str | None:
+    """Why a ``gpu`` test cannot run here, or None when a CUDA device is visible to torch."""
+    try:
+        import torch
+    except ImportError:
+        return "needs a CUDA device: torch is not installed"
+    if not torch.cuda.is_available():
+        return f"needs a CUDA device: none visible to torch {torch.__version__}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Skip the tests marked ``gpu`` (pyproject markers) with a reason when no CUDA device is visible."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    reason = _cuda_missing() if gpu_items else None
+    if reason is not None:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     from afm.demo.data import tokenizer_corpus

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 from conftest import lf_config
-from test_data_distill_helpers import PLANNER, code_run_rules, rule
+from teacher_replies import PLANNER, code_run_rules, rule
 
 from afm.data import convert, distill
 from afm.data.records import read_records

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_data_distill_helpers import (
+from teacher_replies import (
     ANSWERER,
     PLANNER,
     VERIFIER,

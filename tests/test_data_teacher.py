@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_data_distill_helpers import (
+from teacher_replies import (
     ANSWERER,
     PLANNER,
     REFLECTOR,

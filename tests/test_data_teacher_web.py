@@ -8,7 +8,7 @@ import json
 
 import pytest
 from conftest import lf_config
-from test_data_distill_helpers import (
+from teacher_replies import (
     ANSWERER,
     PLANNER,
     REFLECTOR,

@@ -90,8 +90,9 @@ def test_model_tag_glued_to_observation_is_counted_as_mixed(tokenizer, table):
     ids = tokenizer.encode(text, add_special_tokens=False)
     res = mask_observation_labels(ids, table)
     pieces = [tokenizer.decode([i]) for i in ids]
-    if "><" in pieces:  # Qwen2's pre-tokenizer glues '>' and '<' into one token
-        assert res.mixed_tokens >= 1
+    # Qwen2's pre-tokenizer glues '>' and '<' into one token: at both edges of the observation each such token
+    # carries a model-written '>' or '<' and a piece of the observation's tag
+    assert res.mixed_tokens == pieces.count("><")
 
 
 def test_only_trained_runs_are_scanned(tokenizer, table):
@@ -240,7 +241,10 @@ def test_cut_in_the_padding_before_an_observation_masks_the_padding(qwen_tokeniz
     assert not res.truncated
     trained = tok.decode([i for i, lab in zip(ids, res.labels, strict=True) if lab != IGNORE_INDEX])
     assert trained.endswith("</web_search>") or trained.endswith("</web_search>\n"), repr(trained)
-    assert res.masked_tokens >= 1
+    # exactly the tokens that lie wholly in the padding are masked (a token holding the call's '>' is trained)
+    masked = [i for i, lab in enumerate(res.labels) if lab == IGNORE_INDEX]
+    assert masked == [i for i, (a, _) in enumerate(enc["offset_mapping"][: k + 1]) if a >= len(CALL)]
+    assert res.masked_tokens == len(masked)
     # a row's natural end ("<|im_end|>\n": padding-like whitespace) is left alone
     full = tok.encode(text + "<|im_end|>\n", add_special_tokens=False)
     assert mask_observation_labels(list(full), table, source=[text]).labels[-1] == full[-1]

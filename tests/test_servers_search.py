@@ -87,8 +87,14 @@ def test_local_backend_finds_the_demo_page_and_caches_normalised_queries(server)
 
 
 def test_local_backend_without_matches_returns_an_empty_list(server):
-    data = post(server.url + "/search", {"q": "xylophone quasar"}).json()
-    assert data["organic"] == []
+    r = post(server.url + "/search", {"q": "xylophone quasar"})
+    assert r.status_code == 200
+    # the whole answer: no results, the default num (WEB_SEARCH_SERP_NUM unset: 10), and an empty result is cached too
+    expected = {"searchParameters": {"q": "xylophone quasar", "num": 10, "backend": "local"}, "organic": [],
+                "backend": "local"}
+    assert r.json() == {**expected, "cached": False}
+    assert post(server.url + "/search", {"q": "Xylophone  QUASAR"}).json() == {
+        **expected, "searchParameters": {**expected["searchParameters"], "q": "Xylophone  QUASAR"}, "cached": True}
 
 
 @pytest.mark.parametrize(("kwargs", "status", "error"), [

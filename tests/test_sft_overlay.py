@@ -65,8 +65,10 @@ def test_packing_and_neat_packing_still_mask(model_path, demo_data, tmp_path):
     for flag in ("packing", "neat_packing"):
         res = preprocess(lf_config(model_path, demo_data, tmp_path / flag, **{flag: True, "cutoff_len": 2048}))
         rows = res.dataset_module["train_dataset"]
-        assert len(rows) >= 1
-        trained = res.tokenizer.decode([t for r in rows for t in r["labels"] if t != IGNORE_INDEX])
+        trained_ids = [t for r in rows for t in r["labels"] if t != IGNORE_INDEX]
+        # packing regroups the kept samples: every label the masking left is trained, nothing else
+        assert len(trained_ids) == res.reports["train"].tokens_trained
+        trained = res.tokenizer.decode(trained_ids)
         assert "observation" not in trained and "<answer>" in trained
         assert res.reports["train"].samples_kept == 24
 
@@ -225,3 +227,21 @@ def test_bad_arguments_give_clear_errors(tiny_model, demo_data, tmp_path):
         preprocess(lf_config(tiny_model, demo_data, tmp_path / "e2", stage="pt"))
     with pytest.raises(ValueError, match="streaming"):
         preprocess(lf_config(tiny_model, demo_data, tmp_path / "e3", streaming=True, max_steps=2))
+
+
+def test_token_tables_live_as_long_as_their_tokenizer(tiny_model):
+    """Keyed on id(), a table outlived its tokenizer and could serve a later tokenizer given the same address."""
+    import gc
+    import weakref
+
+    from transformers import AutoTokenizer
+
+    from afm.sft import overlay
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    table = overlay._table(tok)
+    assert overlay._table(tok) is table
+    ref = weakref.ref(table)
+    del tok, table
+    gc.collect()
+    assert ref() is None

@@ -23,21 +23,69 @@ def _train_loss(out):
     return json.loads((out / "all_results.json").read_text())["train_loss"]
 
 
+def _report(out) -> dict:
+    report = json.loads((out / "afm_mask_report_train.json").read_text())
+    report.pop("from_cache", None)
+    return report
+
+
+def _expected_report(cfg: dict) -> dict:
+    """The mask report of this config computed in this process (afm-sft mask-report's pipeline, no training)."""
+    from afm.sft.report import preprocess
+
+    report = preprocess(dict(cfg)).reports["train"].to_dict()
+    report.pop("from_cache", None)
+    return report
+
+
+def _first_step_loss(out):
+    return json.loads((out / "trainer_state.json").read_text())["log_history"][0]["loss"]
+
+
+def _untrained_loss(cfg_path) -> float:
+    """Cross-entropy of the untrained model over every trained label of the rows LLaMA-Factory builds from this
+    config (afm-sft mask-report's pipeline): sum over tokens / number of tokens, as the trainer reduces a batch."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from afm.sft.masking import IGNORE_INDEX
+    from afm.sft.report import preprocess
+
+    cfg = yaml.safe_load(cfg_path.read_text())
+    rows = preprocess(cfg, force_mask=False).dataset_module["train_dataset"]
+    model = AutoModelForCausalLM.from_pretrained(cfg["model_name_or_path"], torch_dtype=torch.float32).eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for row in rows:
+            logits = model(input_ids=torch.tensor([row["input_ids"]])).logits[0, :-1]
+            target = torch.tensor(row["labels"][1:])
+            keep = target != IGNORE_INDEX
+            total += torch.nn.functional.cross_entropy(logits[keep], target[keep], reduction="sum").item()
+            count += int(keep.sum())
+    return total / count
+
+
 def test_sft_masked_vs_unmasked_and_packed(tiny_model, demo_data, tmp_path):
-    losses = {}
+    """Step 1 covers every row in one batch, so its loss is the untrained model's loss over exactly the labels that
+    masking (and packing) left: computed here independently, it must match what LLaMA-Factory logged."""
+    reports = {}
     for name, extra in {"masked": {}, "unmasked": {"ignore_observation": False},
                         "packed": {"packing": True, "cutoff_len": 2048}}.items():
-        cfg, out = _train(tmp_path, name, model=tiny_model, data=demo_data, **extra)
+        cfg, out = _train(tmp_path, name, model=tiny_model, data=demo_data, per_device_train_batch_size=32, **extra)
         proc = run_afm_sft(["train", str(cfg)])
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        losses[name] = _train_loss(out)
+        # float32 batched vs one row at a time: ~1e-5 relative apart; masking moves the loss ~6e-4 relative
+        assert _first_step_loss(out) == pytest.approx(_untrained_loss(cfg), rel=5e-5), name
+        assert _train_loss(out) < _first_step_loss(out)  # three steps of training lowered it
         if extra.get("ignore_observation", True):
-            report = json.loads((out / "afm_mask_report_train.json").read_text())
-            assert report["tokens_masked"] > 0 and report["drops"] == {"unclosed_observation": 2}
+            reports[name] = _report(out)
+            assert reports[name]["drops"] == {"unclosed_observation": 2}
+            assert reports[name] == _expected_report(yaml.safe_load(cfg.read_text()))
             assert "[afm] observation masking" in proc.stdout
         else:
             assert not (out / "afm_mask_report_train.json").exists()
-    assert losses["masked"] != pytest.approx(losses["unmasked"], abs=1e-4)
+    # packing concatenates the same masked samples: the same tokens are trained and masked
+    assert reports["packed"] == reports["masked"]
 
 
 def test_dpo_masked(tiny_model, demo_data, tmp_path):
@@ -45,8 +93,8 @@ def test_dpo_masked(tiny_model, demo_data, tmp_path):
                       pref_beta=0.1, pref_loss="sigmoid")
     proc = run_afm_sft(["train", str(cfg)])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads((out / "afm_mask_report_train.json").read_text())
-    assert report["samples_kept"] == 12 and report["tokens_masked"] > 0
+    report = _report(out)
+    assert report["samples_kept"] == 12 and report == _expected_report(yaml.safe_load(cfg.read_text()))
     assert "rewards/accuracies" in (out / "trainer_state.json").read_text()
 
 
@@ -61,7 +109,8 @@ def test_cli_flags_without_config_file(tiny_model, demo_data, tmp_path):
         "--cache_dir", str(tmp_path / "hf-cache"),
     ])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert json.loads((out / "afm_mask_report_train.json").read_text())["tokens_masked"] > 0
+    # the flags reach the same masking as the equivalent config file
+    assert _report(out) == _expected_report(lf_config(tiny_model, demo_data, tmp_path / "ref"))
 
 
 def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
@@ -74,8 +123,8 @@ def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
     assert "Initializing 2 distributed tasks" in logs
     # both ranks parsed ignore_observation: stock LLaMA-Factory workers would reject the unknown key
     assert "process rank: 1, world size: 2" in logs.lower()
-    report = json.loads((out / "afm_mask_report_train.json").read_text())
-    assert report["tokens_masked"] > 0
+    single = {k: v for k, v in yaml.safe_load(cfg.read_text()).items() if k != "ddp_backend"}
+    assert _report(out) == _expected_report(single)  # both ranks' work counted once
 
 
 def test_bad_cli_input_gives_clear_errors(tiny_model, demo_data, tmp_path):

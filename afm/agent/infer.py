@@ -107,6 +107,23 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+# Rollout-limit flags -> (AgentConfig field, type, help). The defaults are read from the dataclass, never restated.
+LIMIT_FLAGS: dict[str, tuple[str, type, str]] = {
+    "--max-turns": ("max_turns", int, "generations per trajectory"),
+    "--max-tokens-per-turn": ("max_tokens_per_turn", int, "tokens per generation"),
+    "--max-response-tokens": ("max_response_tokens", int, "model + observation tokens after the prompt"),
+    "--max-model-len": ("max_model_len", int, "prompt + response tokens"),
+    "--tool-timeout": ("tool_timeout_s", float, "seconds per tool call"),
+    "--trajectory-timeout": ("trajectory_timeout_s", float, "seconds per trajectory"),
+}
+
+
+def _add_limits(p: argparse.ArgumentParser, flags: tuple[str, ...]) -> None:
+    for flag in flags:
+        name, kind, text = LIMIT_FLAGS[flag]
+        p.add_argument(flag, type=kind, default=AgentConfig.default(name), help=f"{text} (default: %(default)s)")
+
+
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``afm infer`` and ``afm eval run``: model backend, tools config, limits, concurrency."""
     p.add_argument("--backend", choices=["openai", "hf"], default="openai")
@@ -117,9 +134,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-style", choices=["user", "system"], default="user")
     p.add_argument("--tools-config", default=None, help="tools YAML (configs/tools/*.yaml)")
     p.add_argument("--seed", type=int, default=None, help="base seed (sample k uses seed + k)")
-    p.add_argument("--max-model-len", type=int, default=32768)
-    p.add_argument("--tool-timeout", type=float, default=120.0)
-    p.add_argument("--trajectory-timeout", type=float, default=3600.0)
+    _add_limits(p, ("--max-model-len", "--tool-timeout", "--trajectory-timeout"))
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=8, help="hf backend: sequences per generate call")
     p.add_argument("--request-timeout", type=float, default=600.0)
@@ -139,9 +154,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--top-k", type=int, default=20)
     p.add_argument("--presence-penalty", type=float, default=0.0)
-    p.add_argument("--max-turns", type=int, default=25)
-    p.add_argument("--max-tokens-per-turn", type=int, default=4096)
-    p.add_argument("--max-response-tokens", type=int, default=30720)
+    _add_limits(p, ("--max-turns", "--max-tokens-per-turn", "--max-response-tokens"))
     p.add_argument("--limit", type=int, default=0, help="only the first N questions")
     p.add_argument("--keep-ids", action="store_true", help="also store prompt ids (segments always keep theirs)")
     add_backend_args(p)

@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from afm.agent.backend import ModelBackend, SamplingParams
-from afm.agent.record import Segment, ToolCallRecord, Trajectory
+from afm.agent.backend import Generation, ModelBackend, SamplingParams
+from afm.agent.record import FinishReason, Segment, ToolCallRecord, Trajectory
 from afm.agent.tokens import TokenizerAdapter
 from afm.tools.base import Tool, ToolContext, ToolResult
 from afm.trajectory import format_observation, last_tool_call, stop_strings
+from afm.trajectory.parse import ToolCall
 
 # The notes the original rollout returned for repeated calls (models were trained on them).
 DUPLICATE_SEARCH_NOTE = ("I have performed a web search with the same query before. To find new information, "
@@ -47,6 +48,15 @@ class AgentConfig:
 
     def stops(self) -> tuple[str, ...]:
         return tuple(stop_strings(list(self.tools)))
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of field ``name``: the one place the CLI (``afm infer``), the scripts and the verl loop read
+        a rollout limit from, so none of them restates it."""
+        for f in fields(cls):
+            if f.name == name:
+                return f.default_factory() if f.default is MISSING else f.default
+        raise AttributeError(f"AgentConfig has no field {name!r}")
 
 
 def truncate_text(text: str, limit: int) -> tuple[str, bool]:
@@ -110,105 +120,185 @@ class ToolRunner:
         return result.text, rec
 
 
+@dataclass
+class _RunState:
+    """What one trajectory carries from turn to turn."""
+
+    traj: Trajectory
+    context: list[int]
+    base: SamplingParams
+    deadline: float | None
+    question: str
+    tool_kwargs: dict[str, Any]
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    response_len: int = 0
+
+    def room(self, config: AgentConfig) -> int:
+        """Tokens the next piece of the response may still take."""
+        return min(config.max_model_len - len(self.context), config.max_response_tokens - self.response_len)
+
+    def append(self, segment: Segment) -> None:
+        self.traj.segments.append(segment)
+        self.context.extend(segment.ids)
+        self.response_len += len(segment.ids)
+
+
+class AgentLoop:
+    """The CoA rollout loop. Subclass it and override the hooks to use another tool protocol without forking:
+
+    - :meth:`stop_strings`: what ends a generation that may hold a tool call;
+    - :meth:`parse_tool_call`: the call at the end of a generation (or None);
+    - :meth:`should_stop`: whether a generation ends the trajectory, and with which finish reason;
+    - :meth:`on_observation`: the tool's output as the model will read it (before budgets are applied);
+    - :meth:`format_observation`: the text inserted after the call around that output (loss mask 0).
+
+    The loop keeps what the hooks cannot break: token-in-token-out, the token budgets, timeouts, and one
+    finish reason per trajectory (set in :meth:`run` only).
+    """
+
+    def __init__(self, backend: ModelBackend, tokenizer: TokenizerAdapter, tools: ToolRunner,
+                 config: AgentConfig) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.tools = tools
+        self.config = config
+
+    # -- hooks ---------------------------------------------------------------------------------------------------
+    def stop_strings(self) -> tuple[str, ...]:
+        """Stop strings of every generation: the enabled tools' closing tags and ``</answer>``."""
+        return self.config.stops()
+
+    def parse_tool_call(self, text: str, gen: Generation) -> ToolCall | None:
+        """The tool call that ends ``text`` (a generation that stopped on a stop string), or None."""
+        return last_tool_call(text)
+
+    def should_stop(self, gen: Generation, text: str, cut: bool) -> FinishReason | None:
+        """The finish reason when this generation ends the trajectory, else None (a tool call follows).
+
+        ``cut``: the generation was cut to the token budget."""
+        if gen.finish == "eos":
+            return "eos"
+        if gen.finish == "length" or cut:
+            return "max_tokens"
+        if gen.stop_str == "</answer>":
+            return "answer"
+        return None
+
+    def on_observation(self, call: ToolCallRecord, content: str) -> str:
+        """The tool's output (or the error note) for ``call`` as the model will read it."""
+        return content
+
+    def format_observation(self, content: str) -> str:
+        """The exact text inserted after a tool call (``\\n\\n<observation>\\n…\\n</observation>\\n\\n``)."""
+        return format_observation(content)
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+    async def run(self, prompt_ids: list[int], *, question: str = "", tool_kwargs: Mapping[str, Any] | None = None,
+                  sampling: SamplingParams | None = None, meta: dict[str, Any] | None = None) -> Trajectory:
+        """Run one CoA trajectory to its end; every limit and failure ends in a :class:`Trajectory` record."""
+        t0 = time.monotonic()
+        config = self.config
+        state = _RunState(
+            traj=Trajectory(prompt_ids=list(prompt_ids), meta=dict(meta or {})), context=list(prompt_ids),
+            base=(sampling or config.sampling).with_(stop=self.stop_strings()),
+            deadline=t0 + config.trajectory_timeout_s if config.trajectory_timeout_s else None,
+            question=question, tool_kwargs=dict(tool_kwargs or {}))
+        reason: FinishReason | None = None
+        try:
+            while reason is None:
+                reason = await self._turn(state)
+        except TimeoutError:
+            reason = "timeout"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reason = "error"
+            state.traj.error = f"{type(exc).__name__}: {exc}"
+        state.traj.finish_reason = reason
+        state.traj.wall_s = time.monotonic() - t0
+        return state.traj
+
+    async def _turn(self, state: _RunState) -> FinishReason | None:
+        """One generation and, when it calls a tool, its observation; the finish reason once the trajectory ends."""
+        config, traj = self.config, state.traj
+        if traj.turns >= config.max_turns:
+            return "max_turns"
+        room = state.room(config)
+        if room < config.min_turn_tokens:
+            return "max_tokens"
+        params = state.base.with_(max_new_tokens=min(config.max_tokens_per_turn, room))
+        remaining = None if state.deadline is None else state.deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError
+        gen = await asyncio.wait_for(self.backend.generate(state.context, params), remaining)
+        traj.turns += 1
+        if gen.ids_source != "sampled":
+            traj.ids_source = gen.ids_source
+        ids = gen.ids[:room]  # a backend may overshoot; the context must never exceed the budget
+        cut = len(ids) < len(gen.ids)
+        text = self.tokenizer.decode(ids) if cut else gen.text
+        logprobs = gen.meta.get("logprobs")
+        if logprobs is not None and len(logprobs) >= len(ids):
+            logprobs = [float(x) for x in logprobs[: len(ids)]]
+        else:  # a backend that reports none (or too few) for these ids
+            logprobs = None
+        state.append(Segment("model", ids, text, logprobs))
+        reason = self.should_stop(gen, text, cut)
+        if reason is not None:
+            return reason
+        obs, rec = await self._call_tool(state, gen, text)
+        obs, truncated = truncate_text(self.on_observation(rec, obs), config.max_observation_chars)
+        obs_ids, obs_text, shrunk = self._fit_observation(obs, state.room(config) - config.min_turn_tokens)
+        rec.truncated = truncated or shrunk
+        rec.observation_chars = len(obs_text)
+        rec.observation_tokens = len(obs_ids) if obs_ids is not None else 0
+        traj.tool_calls.append(rec)
+        if obs_ids is None:
+            return "max_tokens"
+        state.append(Segment("observation", obs_ids, obs_text))
+        return None
+
+    async def _call_tool(self, state: _RunState, gen: Generation, text: str) -> tuple[str, ToolCallRecord]:
+        """The observation text and call record for the call that ends ``text`` (a note when there is none)."""
+        traj = state.traj
+        call = self.parse_tool_call(text, gen)
+        if call is None or call.name not in self.config.tools:
+            obs = (f"Could not read a complete tool call at the end of your output (it stopped at "
+                   f"{gen.stop_str!r}). Write <tool_name>argument</tool_name> with one of: "
+                   f"{', '.join(self.config.tools)}.")
+            return obs, ToolCallRecord(turn=traj.turns, name=call.name if call else "",
+                                       argument=call.argument if call else "", status="invalid")
+        ctx = ToolContext(question=state.question, text=traj.response_text(), kwargs=dict(state.tool_kwargs))
+        obs, rec = await self.tools.call(call.name, call.argument.strip(), ctx, state.seen, state.deadline)
+        rec.turn = traj.turns
+        return obs, rec
+
+    def _fit_observation(self, content: str, room: int) -> tuple[list[int] | None, str, bool]:
+        """Encode the observation in at most ``room`` tokens, shrinking its content, or give up (None)."""
+        tokenizer = self.tokenizer
+        text = self.format_observation(content)
+        ids = tokenizer.encode(text)
+        if len(ids) <= room:
+            return ids, text, False
+        shell = len(tokenizer.encode(self.format_observation("")))
+        if room - shell < 8:
+            return None, text, True
+        limit = len(content)
+        for _ in range(8):
+            limit = max(1, int(limit * (room - shell) / max(1, len(ids) - shell) * 0.9))
+            short, _ = truncate_text(content, limit)
+            text = self.format_observation(short)
+            ids = tokenizer.encode(text)
+            if len(ids) <= room:
+                return ids, text, True
+        return None, text, True
+
+
 async def run_trajectory(backend: ModelBackend, tokenizer: TokenizerAdapter, tools: ToolRunner,
                          config: AgentConfig, prompt_ids: list[int], *, question: str = "",
                          tool_kwargs: Mapping[str, Any] | None = None, sampling: SamplingParams | None = None,
                          meta: dict[str, Any] | None = None) -> Trajectory:
-    """Run one CoA trajectory to its end; every limit and failure ends in a :class:`Trajectory` record."""
-    t0 = time.monotonic()
-    deadline = t0 + config.trajectory_timeout_s if config.trajectory_timeout_s else None
-    traj = Trajectory(prompt_ids=list(prompt_ids), meta=dict(meta or {}))
-    base = (sampling or config.sampling).with_(stop=config.stops())
-    context = list(prompt_ids)
-    seen: set[tuple[str, str]] = set()
-    response_len = 0
-    try:
-        while True:
-            if traj.turns >= config.max_turns:
-                traj.finish_reason = "max_turns"
-                break
-            room = min(config.max_model_len - len(context), config.max_response_tokens - response_len)
-            if room < config.min_turn_tokens:
-                traj.finish_reason = "max_tokens"
-                break
-            params = base.with_(max_new_tokens=min(config.max_tokens_per_turn, room))
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError
-            gen = await asyncio.wait_for(backend.generate(context, params), remaining)
-            traj.turns += 1
-            if gen.ids_source != "sampled":
-                traj.ids_source = gen.ids_source
-            ids = gen.ids[:room]  # a backend may overshoot; the context must never exceed the budget
-            text = gen.text if len(ids) == len(gen.ids) else tokenizer.decode(ids)
-            logprobs = gen.meta.get("logprobs")
-            if logprobs is not None and len(logprobs) >= len(ids):
-                logprobs = [float(x) for x in logprobs[: len(ids)]]
-            else:  # a backend that reports none (or too few) for these ids
-                logprobs = None
-            traj.segments.append(Segment("model", ids, text, logprobs))
-            context.extend(ids)
-            response_len += len(ids)
-            if gen.finish == "eos":
-                traj.finish_reason = "eos"
-                break
-            if gen.finish == "length" or len(ids) < len(gen.ids):
-                traj.finish_reason = "max_tokens"
-                break
-            if gen.stop_str == "</answer>":
-                traj.finish_reason = "answer"
-                break
-            call = last_tool_call(text)
-            ctx = ToolContext(question=question, text=traj.response_text(), kwargs=dict(tool_kwargs or {}))
-            if call is None or call.name not in config.tools:
-                obs = (f"Could not read a complete tool call at the end of your output (it stopped at "
-                       f"{gen.stop_str!r}). Write <tool_name>argument</tool_name> with one of: "
-                       f"{', '.join(config.tools)}.")
-                rec = ToolCallRecord(turn=traj.turns, name=call.name if call else "", argument=call.argument
-                                     if call else "", status="invalid")
-            else:
-                obs, rec = await tools.call(call.name, call.argument.strip(), ctx, seen, deadline)
-                rec.turn = traj.turns
-            obs, truncated = truncate_text(obs, config.max_observation_chars)
-            obs_ids, obs_text, shrunk = _fit_observation(tokenizer, obs, config, len(context), response_len)
-            rec.truncated = truncated or shrunk
-            rec.observation_chars = len(obs_text)
-            rec.observation_tokens = len(obs_ids) if obs_ids is not None else 0
-            traj.tool_calls.append(rec)
-            if obs_ids is None:
-                traj.finish_reason = "max_tokens"
-                break
-            traj.segments.append(Segment("observation", obs_ids, obs_text))
-            context.extend(obs_ids)
-            response_len += len(obs_ids)
-    except TimeoutError:
-        traj.finish_reason = "timeout"
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        traj.finish_reason = "error"
-        traj.error = f"{type(exc).__name__}: {exc}"
-    traj.wall_s = time.monotonic() - t0
-    return traj
-
-
-def _fit_observation(tokenizer: TokenizerAdapter, content: str, config: AgentConfig, context_len: int,
-                     response_len: int) -> tuple[list[int] | None, str, bool]:
-    """Encode the observation; shrink its content so that a next turn still fits, or give up (None)."""
-    room = min(config.max_model_len - context_len, config.max_response_tokens - response_len) - config.min_turn_tokens
-    text = format_observation(content)
-    ids = tokenizer.encode(text)
-    if len(ids) <= room:
-        return ids, text, False
-    shell = len(tokenizer.encode(format_observation("")))
-    if room - shell < 8:
-        return None, text, True
-    limit = len(content)
-    for _ in range(8):
-        limit = max(1, int(limit * (room - shell) / max(1, len(ids) - shell) * 0.9))
-        short, _ = truncate_text(content, limit)
-        text = format_observation(short)
-        ids = tokenizer.encode(text)
-        if len(ids) <= room:
-            return ids, text, True
-    return None, text, True
+    """Run one CoA trajectory with the default :class:`AgentLoop`; see :meth:`AgentLoop.run`."""
+    return await AgentLoop(backend, tokenizer, tools, config).run(prompt_ids, question=question,
+                                                                  tool_kwargs=tool_kwargs, sampling=sampling,
+                                                                  meta=meta)

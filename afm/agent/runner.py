@@ -121,10 +121,7 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
                 return
             try:
                 record = await run_one(task)
-            except asyncio.CancelledError:
-                counts["cancelled"] += 1
-                raise
-            except Exception as exc:
+            except Exception as exc:  # a cancelled task is counted once, below, by task.cancelled()
                 counts["failed"] += 1
                 if bar is not None:
                     bar.write(f"[{task.key}] failed: {type(exc).__name__}: {exc}")

@@ -38,13 +38,8 @@ from afm.agent.infer import read_questions
 from afm.data.filters import normalize_text
 from afm.table_io import read_rows
 
-MODES = ("web", "code")
-DEFAULT_N = {"web": 32, "code": 8}
 DEFAULT_THRESHOLD = 0.3
-MODE_DEFAULTS = {  # data_source, prompt_key, ability, scorer
-    "web": ("search", "web_agent", "qa", "em"),
-    "code": ("livecodebench", "code_agent", "code", "rewards"),
-}
+SCORERS = ("em", "rewards")
 
 
 class FewerSamplesWarning(UserWarning):
@@ -76,6 +71,37 @@ class QuestionRate:
     @property
     def rate(self) -> float | None:
         return self.correct / self.n if self.n else None
+
+
+@dataclass(frozen=True)
+class ModeRule:
+    """A selection mode: its defaults for the RL rows and the rule that drops a scored question."""
+
+    n: int  # samples per question the rule assumes
+    data_source: str
+    prompt_key: str
+    ability: str
+    scorer: str
+    drop_when: str  # "rate_above_threshold" (web) or "solved_every_sample" (code)
+
+    def drop_reason(self, rate: QuestionRate, threshold: float) -> str | None:
+        """Why a scored question is dropped, or None to keep it."""
+        if rate.errors == rate.n:
+            return "unscorable"
+        if self.drop_when == "rate_above_threshold" and rate.rate > threshold:
+            return "too_easy"
+        if self.drop_when == "solved_every_sample" and rate.correct == rate.n:
+            return "solved_every_sample"
+        return None
+
+
+MODE_RULES = {
+    "web": ModeRule(n=32, data_source="search", prompt_key="web_agent", ability="qa", scorer="em",
+                    drop_when="rate_above_threshold"),
+    "code": ModeRule(n=8, data_source="livecodebench", prompt_key="code_agent", ability="code", scorer="rewards",
+                     drop_when="solved_every_sample"),
+}
+MODES = tuple(MODE_RULES)
 
 
 @dataclass
@@ -189,32 +215,23 @@ def select_questions(questions: Sequence[Mapping[str, Any]], samples: Sequence[S
                      max_questions: int | None = None, seed: int = 0, concurrency: int = 16,
                      progress: bool = True) -> Selection:
     """Apply the difficulty rule of ``mode`` (module docstring) to ``questions`` (rows with ``_id``)."""
-    if mode not in MODES:
+    if mode not in MODE_RULES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    n = n or DEFAULT_N[mode]
-    scorer = scorer or MODE_DEFAULTS[mode][3]
-    if scorer not in ("em", "rewards"):
+    rule = MODE_RULES[mode]
+    n = n or rule.n
+    scorer = scorer or rule.scorer
+    if scorer not in SCORERS:
         raise ValueError(f"scorer must be 'em' or 'rewards', got {scorer!r}")
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be within [0, 1], got {threshold}")
-    source_default = data_source or MODE_DEFAULTS[mode][0]
-    by_id = {str(q["_id"]): q for q in questions}
-    if len(by_id) != len(questions):
-        dup = [k for k, v in Counter(str(q["_id"]) for q in questions).items() if v > 1][:5]
-        raise ValueError(f"question ids are not unique (e.g. {dup}); use --id-key with a unique field")
-    grouped: dict[str, list[Sample]] = {qid: [] for qid in by_id}
+    by_id = _unique_by_id(questions)
     sel = Selection([], [])
-    for s in samples:
-        if s.qid in grouped:
-            grouped[s.qid].append(s)
-        else:
-            sel.unknown_sample_ids += 1
+    grouped = _group_samples(by_id, samples, sel)
     rates = {qid: QuestionRate(qid) for qid in by_id}
-    exclude_ids, exclude_questions = exclude_ids or set(), exclude_questions or set()
     todo: list[tuple[str, Sample]] = []
     for qid, row in by_id.items():
         rate = rates[qid]
-        if qid in exclude_ids or normalize_text(str(row.get(q_key, ""))) in exclude_questions:
+        if qid in (exclude_ids or ()) or normalize_text(str(row.get(q_key, ""))) in (exclude_questions or ()):
             rate.decision = "in_sft_set"  # decided before scoring: no scorer time on excluded questions
         elif not grouped[qid]:
             rate.decision = "no_samples"
@@ -223,34 +240,18 @@ def select_questions(questions: Sequence[Mapping[str, Any]], samples: Sequence[S
             if rate.n < n:
                 sel.fewer_than_n.append(qid)
             todo.extend((qid, s) for s in grouped[qid])
-    gold = {qid: (row.get(a_key) if row.get(a_key) is not None else None) for qid, row in by_id.items()}
-    if scorer == "em":
-        for qid, s in todo:
-            try:
-                rates[qid].correct += em_correct(s, gold[qid] if gold[qid] is not None else s.gold)
-            except ValueError:
-                rates[qid].errors += 1
-    else:
-        jobs = [(s, gold[qid] if gold[qid] is not None else s.gold,
-                 str(by_id[qid].get("data_source") or source_default), str(by_id[qid].get(q_key, "")))
-                for qid, s in todo]
-        for (qid, _), (ok, err) in zip(todo, asyncio.run(_rewards_correct(jobs, concurrency, progress)),
-                                       strict=True):
-            rates[qid].correct += ok
-            rates[qid].errors += bool(err)
+    gold = {qid: row.get(a_key) for qid, row in by_id.items()}
+    results = _score_em(todo, gold) if scorer == "em" else _score_rewards(
+        todo, gold, by_id, q_key, data_source or rule.data_source, concurrency, progress)
+    for (qid, _), (ok, err) in zip(todo, results, strict=True):
+        rates[qid].correct += ok
+        rates[qid].errors += err
     eligible = []
-    for qid in by_id:
-        rate = rates[qid]
-        if rate.decision:
-            continue
-        if rate.errors == rate.n:
-            rate.decision = "unscorable"
-        elif mode == "web" and rate.rate > threshold:
-            rate.decision = "too_easy"
-        elif mode == "code" and rate.correct == rate.n:
-            rate.decision = "solved_every_sample"
-        else:
-            eligible.append(qid)
+    for qid, rate in rates.items():
+        if not rate.decision:
+            rate.decision = rule.drop_reason(rate, threshold) or ""
+            if not rate.decision:
+                eligible.append(qid)
     chosen = set(eligible)
     if max_questions is not None and len(eligible) > max_questions:
         chosen = set(random.Random(seed).sample(eligible, max_questions))
@@ -264,6 +265,45 @@ def select_questions(questions: Sequence[Mapping[str, Any]], samples: Sequence[S
                       f"{sel.fewer_than_n[:3]}); their pass rates use the samples there are",
                       FewerSamplesWarning, stacklevel=2)
     return sel
+
+
+def _unique_by_id(questions: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    by_id = {str(q["_id"]): q for q in questions}
+    if len(by_id) != len(questions):
+        dup = [k for k, v in Counter(str(q["_id"]) for q in questions).items() if v > 1][:5]
+        raise ValueError(f"question ids are not unique (e.g. {dup}); use --id-key with a unique field")
+    return by_id
+
+
+def _group_samples(by_id: Mapping[str, Any], samples: Sequence[Sample], sel: Selection) -> dict[str, list[Sample]]:
+    """Samples per question id; samples of unknown questions are counted in ``sel``."""
+    grouped: dict[str, list[Sample]] = {qid: [] for qid in by_id}
+    for s in samples:
+        if s.qid in grouped:
+            grouped[s.qid].append(s)
+        else:
+            sel.unknown_sample_ids += 1
+    return grouped
+
+
+def _score_em(todo: Sequence[tuple[str, Sample]], gold: Mapping[str, Any]) -> list[tuple[bool, bool]]:
+    """(correct, scoring error) per sample by exact match; a sample's own gold serves when the row has none."""
+    out = []
+    for qid, s in todo:
+        try:
+            out.append((em_correct(s, gold[qid] if gold[qid] is not None else s.gold), False))
+        except ValueError:
+            out.append((False, True))
+    return out
+
+
+def _score_rewards(todo: Sequence[tuple[str, Sample]], gold: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]],
+                   q_key: str, source_default: str, concurrency: int, progress: bool) -> list[tuple[bool, bool]]:
+    """(correct, scoring error) per sample with afm.rewards by the row's data source."""
+    jobs = [(s, gold[qid] if gold[qid] is not None else s.gold,
+             str(by_id[qid].get("data_source") or source_default), str(by_id[qid].get(q_key, "")))
+            for qid, s in todo]
+    return [(ok, bool(err)) for ok, err in asyncio.run(_rewards_correct(jobs, concurrency, progress))]
 
 
 def histogram(rates: Sequence[QuestionRate], bins: int = 10) -> list[dict[str, Any]]:
@@ -304,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=MODES, required=True, help="web: drop r_q > threshold; code: drop N/N solved")
     p.add_argument("--n", type=int, default=None, help="samples per question expected (web 32, code 8)")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="web: highest pass rate kept (0.3)")
-    p.add_argument("--scorer", choices=["em", "rewards"], default=None,
+    p.add_argument("--scorer", choices=SCORERS, default=None,
                    help="em (web default) or afm.rewards by data source (code default)")
     p.add_argument("--exclude", nargs="*", default=[], help="SFT set(s) whose questions RL must not contain")
     p.add_argument("--exclude-by", choices=["both", "id", "question"], default="both",
@@ -330,8 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``afm data select``; returns 0, 1 when no question is kept, 2 for bad input."""
     args = build_parser().parse_args(argv)
-    source, prompt_key, ability, _ = MODE_DEFAULTS[args.mode]
-    data_source = args.data_source or source
+    rule = MODE_RULES[args.mode]
+    data_source = args.data_source or rule.data_source
     try:
         questions = read_questions(args.questions, args.q_key, args.id_key)
         samples = [s for path in args.samples for s in read_samples(path)]
@@ -350,9 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"afm data select: error: {exc}", file=sys.stderr)
         return 2
-    n = args.n or DEFAULT_N[args.mode]
+    n = args.n or rule.n
     report = selection_report(sel, mode=args.mode, n=n, threshold=args.threshold if args.mode == "web" else None,
-                              scorer=args.scorer or MODE_DEFAULTS[args.mode][3], exclude=args.exclude,
+                              scorer=args.scorer or rule.scorer, exclude=args.exclude,
                               exclude_by=args.exclude_by, max_questions=args.max_questions, seed=args.seed,
                               data_source=data_source, questions_file=args.questions, samples=args.samples)
     out = Path(args.output)
@@ -370,8 +410,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         try:
             rows, build_report = build_rl_rows(
-                sel.kept, data_source=data_source, prompt_key=args.prompt_key or prompt_key,
-                ability=args.ability or ability, q_key=args.q_key, a_key=args.a_key, id_key=args.id_key or None,
+                sel.kept, data_source=data_source, prompt_key=args.prompt_key or rule.prompt_key,
+                ability=args.ability or rule.ability, q_key=args.q_key, a_key=args.a_key, id_key=args.id_key or None,
                 tools=args.tools.split(",") if args.tools else None, agent_name=args.agent_name, split=args.split)
             write_rl_parquet(rows, out)
         except (OSError, ValueError) as exc:

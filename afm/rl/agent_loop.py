@@ -53,7 +53,6 @@ from afm.tools.base import Tool
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_TURNS = 25
 OK_STATUSES = ("ok", "duplicate")
 
 # Semaphores shared by every trajectory of a worker process, per event loop and tool (``tool_concurrency``).
@@ -128,31 +127,36 @@ class AfmAgentLoop(AgentLoopBase):
         tool_config_path: tools yaml for this loop; default: the worker's tools from
             ``rollout.multi_turn.tool_config_path`` (built once per worker, shared).
         default_tools: tools enabled when a row names none (default: all tools of the yaml).
-        max_turns: generations per trajectory (default ``rollout.multi_turn.max_assistant_turns``, else 25).
+        max_turns: generations per trajectory (default ``rollout.multi_turn.max_assistant_turns``, else
+            ``AgentConfig.max_turns``).
         max_tokens_per_turn: cap of one generation (default: ``rollout.response_length``).
         max_observation_chars: cap of one observation's text (default
-            ``rollout.multi_turn.max_tool_response_length``); longer ones keep head and tail around a marker.
-        min_turn_tokens: do not start a generation with less room than this (16).
-        tool_timeout_s: seconds per tool call, queueing for ``tool_concurrency`` included (120).
-        trajectory_timeout_s: seconds per trajectory; ends it with finish_reason ``timeout`` (3600; null = none).
+            ``rollout.multi_turn.max_tool_response_length``, else ``AgentConfig.max_observation_chars``); longer
+            ones keep head and tail around a marker.
+        min_turn_tokens: do not start a generation with less room than this.
+        tool_timeout_s: seconds per tool call, queueing for ``tool_concurrency`` included.
+        trajectory_timeout_s: seconds per trajectory; ends it with finish_reason ``timeout`` (null = none).
         tool_concurrency: ``{tool: n}`` calls at once per worker process (absent/0 = unbounded).
-        dedupe: answer repeated identical searches/crawls with a short note (true).
+        dedupe: answer repeated identical searches/crawls with a short note.
         raise_on_error: raise when a trajectory ends in an engine error (server failure) instead of returning
             it with finish_reason ``error`` (true); tool failures never raise, they become observations.
         trace_dir: append every trajectory as it goes to the trainer (prompt and response ids, the response mask,
             the observation texts, finish reason, the server's global step) to ``<trace_dir>/afm_agent.<pid>.jsonl``
             (default ``$AFM_RL_TRACE_DIR``; unset = off). For checking what RL trains on; large on real runs.
 
-    Token limits always hold: response ≤ ``rollout.response_length``, prompt + response ≤ ``rollout.max_model_len``
-    (default prompt_length + response_length).
+    An absent key takes :class:`afm.agent.loop.AgentConfig`'s default for the field of the same name (the one
+    place the rollout limits are written). Token limits always hold: response ≤ ``rollout.response_length``,
+    prompt + response ≤ ``rollout.max_model_len`` (default prompt_length + response_length).
     """
 
     def __init__(self, *args: Any, tools: ToolListWrap | None = None, name: str | None = None,
                  tool_config_path: str | None = None, default_tools: Sequence[str] | None = None,
                  max_turns: int | None = None, max_tokens_per_turn: int | None = None,
-                 max_observation_chars: int | None = None, min_turn_tokens: int = 16,
-                 tool_timeout_s: float = 120.0, trajectory_timeout_s: float | None = 3600.0,
-                 tool_concurrency: Mapping[str, int] | None = None, dedupe: bool = True,
+                 max_observation_chars: int | None = None,
+                 min_turn_tokens: int = AgentConfig.default("min_turn_tokens"),
+                 tool_timeout_s: float = AgentConfig.default("tool_timeout_s"),
+                 trajectory_timeout_s: float | None = AgentConfig.default("trajectory_timeout_s"),
+                 tool_concurrency: Mapping[str, int] | None = None, dedupe: bool = AgentConfig.default("dedupe"),
                  raise_on_error: bool = True, trace_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         trace_dir = trace_dir or os.environ.get("AFM_RL_TRACE_DIR") or None
@@ -177,8 +181,9 @@ class AfmAgentLoop(AgentLoopBase):
         rc, mt = self.rollout_config, self.rollout_config.multi_turn
         response_length = int(rc.response_length)
         model_len = rc.get("max_model_len") or int(rc.prompt_length) + response_length
-        turns = max_turns or mt.get("max_assistant_turns") or DEFAULT_MAX_TURNS
-        obs_chars = max_observation_chars or mt.get("max_tool_response_length") or 30_000
+        turns = max_turns or mt.get("max_assistant_turns") or AgentConfig.default("max_turns")
+        obs_chars = (max_observation_chars or mt.get("max_tool_response_length")
+                     or AgentConfig.default("max_observation_chars"))
         return AgentConfig(
             tools=tuple(self.afm_tools), max_turns=int(turns),
             max_tokens_per_turn=int(max_tokens_per_turn or response_length),

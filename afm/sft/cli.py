@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from afm.sft.compat import UnsupportedLlamaFactory, require_supported
+
 USAGE = __doc__.strip()
 _LF_COMMANDS = {"train", "export", "chat", "api", "webchat", "webui", "env", "version", "help"}
 
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         if command not in _LF_COMMANDS:
             raise CliError(f"unknown command {command!r}\n{USAGE}")
         rest = normalize_args(rest)
+        require_supported()  # before the overlay imports LLaMA-Factory's modules, which may have moved
         from afm.sft.overlay import apply
 
         apply()
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = ["afm-sft", command, *rest]
         launcher.launch()
         return 0
-    except CliError as e:
+    except (CliError, UnsupportedLlamaFactory) as e:
         print(f"afm-sft: error: {e}", file=sys.stderr)
         return 2
 

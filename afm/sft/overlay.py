@@ -13,6 +13,9 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
 4. ``llamafactory.launcher.__file__`` points at :mod:`afm.sft.launcher`, so torchrun workers re-execute our
    entry point (with the patches) instead of LLaMA-Factory's.
 
+Every upstream name touched here is listed in :data:`afm.sft.compat.UPSTREAM` (tested one by one), and
+:func:`apply` first checks that the installed LLaMA-Factory is a supported release.
+
 A field with ``init=False`` carries a hash of the overlay's source into the datasets map fingerprint, so a
 changed overlay never reuses a cache built by an older one.
 """
@@ -26,6 +29,7 @@ import os
 import shutil
 import tempfile
 import unicodedata
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +42,7 @@ from llamafactory.hparams import parser as lf_parser
 from llamafactory.hparams.data_args import DataArguments
 
 from afm.sft import launcher as afm_launcher
+from afm.sft.compat import require_supported
 from afm.sft.masking import mask_observation_labels
 from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
 from afm.sft.token_bytes import TokenBytes
@@ -111,14 +116,20 @@ class AfmDataArguments(DataArguments):
 
 
 class _State:
-    """Per-process caches (token tables, encodings to replay).
+    """Per-process caches of the wrappers: token tables per tokenizer, and the encodings to replay.
 
-    datasets fingerprints the map function with dill, which follows every global a function can reach; this object
-    pickles as a constant so the caches' contents never leak into the fingerprint (else the cache never hits).
+    Why ``__reduce__``: datasets fingerprints a map function by pickling (dill) everything the function reaches,
+    module globals included. The wrappers reach this object, so its contents would enter the fingerprint, change
+    from one call to the next, and the datasets cache would never hit. Pickled as "call ``_state()``" it is a
+    constant; a worker process that unpickles it gets its own caches.
     """
 
     def __init__(self) -> None:
-        self.tables: dict[int, TokenBytes] = {}
+        # weak keys: a table lives as long as its tokenizer (an id() key could be reused by a later tokenizer)
+        self.tables: weakref.WeakKeyDictionary[Any, TokenBytes] = weakref.WeakKeyDictionary()
+        # id(processor) -> {id(prompt list): masked encoding}. id() because LLaMA-Factory's processors are
+        # dataclasses (unhashable). Safe: an entry exists only during the preprocess_dataset call that made it,
+        # while that processor and the prompt lists it keys (held by the examples batch) are alive.
         self.replay: dict[int, dict[int, tuple]] = {}
 
     def __reduce__(self) -> tuple:
@@ -133,10 +144,9 @@ def _state() -> _State:
 
 
 def _table(tokenizer: Any) -> TokenBytes:
-    key = id(tokenizer)
-    table = _STATE.tables.get(key)
+    table = _STATE.tables.get(tokenizer)
     if table is None:
-        table = _STATE.tables[key] = TokenBytes(tokenizer)
+        table = _STATE.tables[tokenizer] = TokenBytes(tokenizer)
     return table
 
 
@@ -249,6 +259,7 @@ def _mask_encoded(
 
 
 def _encode_impl(self: Any, orig_encode: Any, pairwise: bool, args: tuple, kwargs: dict) -> tuple:
+    # Inside our preprocess_dataset, LLaMA-Factory asks again for encodings we already made and masked: replay them.
     replay = _STATE.replay.get(id(self))
     if replay is not None:
         prompt = kwargs["prompt"] if "prompt" in kwargs else args[0]
@@ -446,7 +457,9 @@ def _replace_data_arguments() -> None:
 
 
 def apply() -> None:
-    """Install every patch (safe to call more than once)."""
+    """Install every patch (safe to call more than once); raises
+    :class:`~afm.sft.compat.UnsupportedLlamaFactory` outside the supported LLaMA-Factory releases."""
+    require_supported()
     _replace_data_arguments()
     _patch_parser()
     sup = lf_supervised.SupervisedDatasetProcessor
