@@ -69,7 +69,7 @@
 #                                       file (wandb/swanlab read WANDB_API_KEY/SWANLAB_API_KEY from environment.sh;
 #                                       swanlab also SWANLAB_MODE (cloud | local: offline, no account) and
 #                                       SWANLAB_LOG_DIR, default $CKPT_DIR/swanlog; pip install -e .[swanlab])
-#   CKPT_DIR                checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME   trainer.default_local_dir
+#   CKPT_DIR                checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME   trainer.default_local_dir (Hydra logs in CKPT_DIR/hydra/)
 #   RESUME_MODE             auto        auto (latest checkpoint in CKPT_DIR, else start) | disable | resume_path
 #   RESUME_FROM_PATH        ""          .../global_step_N folder (with RESUME_MODE=resume_path)
 #   MAX_CKPT_TO_KEEP        ""          keep only the newest N actor checkpoints ("" = all)
@@ -657,6 +657,8 @@ afm_rl_main() {
     "trainer.default_local_dir=$ckpt_dir"
     "trainer.resume_mode=$resume_mode"
     "trainer.log_val_generations=10"
+    # Hydra's own log folder: next to the checkpoints, not ./outputs/ of wherever the script was started
+    "hydra.run.dir=$ckpt_dir/hydra/\${now:%Y-%m-%d_%H-%M-%S}"
   )
   [[ -n $total_steps ]] && ov+=("trainer.total_training_steps=$total_steps")
   [[ $resume_mode == resume_path ]] && ov+=("trainer.resume_from_path=$resume_path")
