@@ -30,20 +30,35 @@ def show(traj: Trajectory, width: int = 100) -> str:
 class DemoServers:
     """The demo web site and the search, crawl and wiki servers over the demo corpora, as real processes."""
 
-    def __init__(self, workdir: str | Path) -> None:
-        from afm.servers.demo_data import write_demo_corpora
+    def __init__(self, workdir: str | Path, world: Any = None) -> None:
+        """``world``: an :class:`afm.demo.world.World` whose towns, people and pages the servers hold instead of
+        the fixed demo corpora (the demo site serves both)."""
+        from afm.servers.demo_data import DemoCorpora, write_demo_corpora
 
         self.work = Path(workdir)
         self.work.mkdir(parents=True, exist_ok=True)
         self.ports = {name: free_port() for name in ("site", "search", "crawl", "wiki")}
         self.site = f"http://127.0.0.1:{self.ports['site']}"
-        corpora = write_demo_corpora(self.work / "corpora", self.site)
+        site_args: list[str] = []
+        if world is None:
+            corpora = write_demo_corpora(self.work / "corpora", self.site)
+        else:
+            import json
+
+            folder = self.work / "corpora"
+            folder.mkdir(parents=True, exist_ok=True)
+            corpora = DemoCorpora(folder / "world_search.jsonl", folder / "world_wiki.jsonl")
+            for path, rows in ((corpora.search, world.search_corpus(self.site)), (corpora.wiki, world.wiki_corpus())):
+                path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            pages = folder / "world_pages.json"
+            pages.write_text(json.dumps(world.site_documents()))
+            site_args = ["--documents", str(pages)]
         env = {"WEB_SEARCH_BACKEND": "local", "WEB_SEARCH_CORPUS": str(corpora.search),
                "WEB_SEARCH_CACHE": str(self.work / "search_cache.sqlite"), "WIKI_CORPUS": str(corpora.wiki),
                "CRAWL_CACHE": "off", "SUMMARY_OPENAI_API_BASE_URL": ""}
         p = self.ports
         self.servers = [
-            ServerProcess(["-m", "afm.servers.demo_site", "--port", str(p["site"])], p["site"], env=env,
+            ServerProcess(["-m", "afm.servers.demo_site", "--port", str(p["site"]), *site_args], p["site"], env=env,
                           log_path=self.work / "demo_site.log"),
             ServerProcess(["-m", "afm.servers.search_server", "--port", str(p["search"])], p["search"], env=env,
                           log_path=self.work / "search_server.log"),

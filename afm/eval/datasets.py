@@ -110,6 +110,15 @@ CODE_SAMPLING = {"temperature": CODE_TEMPERATURE["32b"], "top_p": 1.0, "top_k": 
 DEMO_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_turns": 4, "max_tokens_per_turn": 128,
                  "max_response_tokens": 512, "n": 2}
 
+# The quickstart's demo world (afm.demo.world; files written by `python -m afm.demo.recipe`): one benchmark per
+# task family, all four tools offered, greedy decoding, short trajectories. Names kept here so that the eval layer
+# does not import the demo package.
+WORLD_FAMILIES = ("arith", "lookup", "multihop", "calc")
+WORLD_PROMPT = "afm.demo.world:PROMPT"
+WORLD_TOOLS = ("web_search", "crawl_page", "wiki_search", "code")
+WORLD_SAMPLING = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_turns": 6, "max_tokens_per_turn": 160,
+                  "max_response_tokens": 1024, "n": 1}
+
 _FAMILY = {  # prompt, tools, loader, sampling
     "mhqa": ("mhqa", ("wiki_search",), "load_mhqa", MHQA_SAMPLING),
     "web": ("web_agent", ("web_search", "crawl_page"), "load_web", WEB_SAMPLING),
@@ -148,6 +157,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {s.name: s for s in (
     _spec("demo_web", "demo", "search", "demo/demo_web.json", like="web", **DEMO_SAMPLING),
     _spec("demo_math", "demo", "MATH500", "demo/demo_math.jsonl", like="math", **DEMO_SAMPLING),
     _spec("demo_code", "demo", "livecodebench", "demo/demo_code.jsonl", like="code", **DEMO_SAMPLING),
+    *(BenchmarkSpec(f"world_{fam}", "demo", "afm_demo", WORLD_PROMPT, WORLD_TOOLS, WORLD_SAMPLING,
+                    f"world/heldout_{fam}.jsonl", "load_mhqa") for fam in WORLD_FAMILIES),
 )}
 
 _ALIASES = {"2wiki": "2wikimultihopqa", "natural_questions": "nq", "tq": "triviaqa", "gaia_dev_103": "gaia",

@@ -44,6 +44,13 @@ PDF_BYTES = (b"%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n2 0 o
 _DOCS = {d.slug: d for d in DEMO_DOCUMENTS}
 
 
+def add_documents(docs: list[dict[str, Any]]) -> int:
+    """Serve more pages (``{slug, title, paragraphs}``) at ``/<slug>.html``; returns how many were added."""
+    for d in docs:
+        _DOCS[str(d["slug"])] = DemoDocument(str(d["slug"]), str(d["title"]), tuple(map(str, d["paragraphs"])))
+    return len(docs)
+
+
 def render_page(doc: DemoDocument) -> str:
     """The HTML page of one document, article surrounded by site chrome."""
     related = [d for d in DEMO_DOCUMENTS if d.slug != doc.slug][:5]
@@ -259,7 +266,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=int(os.environ.get("AFM_DEMO_SITE_PORT") or 9002),
                    help="port (default $AFM_DEMO_SITE_PORT or 9002)")
+    p.add_argument("--documents", default=None,
+                   help="JSON list of extra pages {slug, title, paragraphs} to serve (e.g. afm.demo.world's towns)")
     args = p.parse_args(argv)
+    if args.documents:
+        add_documents(json.loads(open(args.documents, encoding="utf-8").read()))
     server = make_server(args.host, args.port)
     try:
         server.serve_forever()

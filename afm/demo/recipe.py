@@ -1,0 +1,242 @@
+"""The recipe in miniature on the demo world: distill -> filter -> convert -> masked SFT -> eval (-> RL: the
+quickstart adds select -> DAPO -> eval, see :mod:`afm.quickstart`).
+
+Every stage is the production tool, run on local parts: the multi-agent teacher of ``afm data distill`` against the
+rule-based teacher model (:mod:`afm.demo.teacher_model`) with the real search, crawl and wiki servers and the code
+sandbox (:class:`afm.demo.agent_demo.DemoServers`); ``afm data filter`` and ``afm data convert``; ``afm-sft train``
+(LLaMA-Factory, observation masking); ``afm eval run`` with the hf backend and the same tools.
+
+    python -m afm.demo.recipe runs/recipe          # world -> distill -> SFT -> eval, per-family accuracy
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from afm.demo.world import FAMILIES, PROMPT, World, build_world
+
+SFT_DATASET = "afm_world_sft"
+TEACHER_CONFIG = {
+    "default": {"base_url": "${TEACHER_BASE_URL:-http://127.0.0.1:8000/v1}", "model": "afm-demo-teacher",
+                "api_key_env": "TEACHER_API_KEY", "timeout_s": 30, "max_retries": 1},
+    "budgets": {"max_steps": 40, "max_tool_calls": 6, "max_replans": 2, "max_answer_attempts": 2,
+                "run_timeout_s": 120},
+    "controller": {"prompt_key": "afm.demo.world:PROMPT", "reflect_every": 2, "accept_score": 3,
+                   "tool_timeout_s": 30, "answer_think": "Score {score}: answer."},
+}
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """The tiny student: a Qwen2 sized so masked SFT learns the demo world in minutes on 2 CPU cores."""
+
+    vocab_size: int = 1024
+    hidden_size: int = 192
+    intermediate_size: int = 512
+    num_layers: int = 4
+    num_heads: int = 6
+    num_kv_heads: int = 2
+
+
+@dataclass(frozen=True)
+class SftSchedule:
+    epochs: float = 3.0
+    batch_size: int = 16
+    learning_rate: float = 2e-3
+    cutoff_len: int = 768
+
+
+def world_tools(servers: Any) -> dict[str, Any]:
+    """The tools config for the world: the demo servers' clients, two wiki passages per query."""
+    cfg = servers.tools_config()
+    for tool in cfg["tools"]:
+        if tool["name"] == "wiki_search":
+            tool["config"]["topk"] = 2
+        if tool["name"] == "web_search":
+            tool["config"]["num_results"] = 2
+    return cfg
+
+
+def make_world(work: str | Path, seed: int = 0, per_family: dict[str, int] | None = None) -> tuple[World, Path]:
+    """Build the world and write its question files under ``work/eval_data/world`` (the eval data root)."""
+    world = build_world(seed, per_family)
+    root = Path(work) / "eval_data"
+    world.write(root / "world")
+    return world, root
+
+
+def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: int = 0,
+                     mistake_rate: float = 0.15, miss_rate: float = 0.3, concurrency: int = 16) -> dict[str, Any]:
+    """Teacher runs on the train split -> filtered runs -> LLaMA-Factory dataset ``afm_world_sft`` in
+    ``work/sft_data``. Returns the paths and the filter report."""
+    from afm.data.convert import main as convert
+    from afm.data.distill import main as distill
+    from afm.data.filters import main as filter_runs
+    from afm.demo.teacher_model import TeacherModel
+
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "teacher.yaml").write_text(yaml.safe_dump(TEACHER_CONFIG, sort_keys=False))
+    (work / "tools.yaml").write_text(yaml.safe_dump(world_tools(servers)))
+    runs, kept = work / "runs.jsonl", work / "kept.jsonl"
+    old = os.environ.get("TEACHER_BASE_URL")
+    with TeacherModel(seed=seed, mistake_rate=mistake_rate, miss_rate=miss_rate) as teacher:
+        os.environ["TEACHER_BASE_URL"] = teacher.base_url
+        try:
+            rc = distill(["--input", str(world_root / "world" / "train.jsonl"), "--output", str(runs),
+                          "--config", str(work / "teacher.yaml"), "--tools-config", str(work / "tools.yaml"),
+                          "--concurrency", str(concurrency), "--no-progress"])
+        finally:
+            if old is None:
+                os.environ.pop("TEACHER_BASE_URL", None)
+            else:
+                os.environ["TEACHER_BASE_URL"] = old
+    if rc != 0:
+        raise RuntimeError(f"afm data distill failed (exit {rc})")
+    rc = filter_runs(["--input", str(runs), "--output", str(kept), "--min-tool-calls", "1",
+                      "--qa-scorer", "data-source", "--upsample-corrected", "2", "--quiet"])
+    if rc != 0:
+        raise RuntimeError(f"afm data filter failed (exit {rc})")
+    data = work / "sft_data"
+    rc = convert(["--input", str(kept), "--output-dir", str(data), "--name", SFT_DATASET, "--no-copy-log"])
+    if rc != 0:
+        raise RuntimeError(f"afm data convert failed (exit {rc})")
+    report = json.loads(kept.with_suffix(".report.json").read_text())
+    return {"runs": runs, "kept": kept, "data": data, "filter_report": report}
+
+
+def tokenizer_texts(data_dir: Path) -> list[str]:
+    """Text the student's tokenizer is trained on: the SFT set's prompts and trajectories."""
+    rows = json.loads((data_dir / f"{SFT_DATASET}.json").read_text())
+    texts = [PROMPT.text]
+    for r in rows:
+        texts += [str(r.get("instruction", "")), str(r.get("input", "")), str(r.get("output", ""))]
+    return texts
+
+
+def build_student(out: Path, data_dir: Path, size: ModelSize = ModelSize(), seed: int = 0) -> Path:
+    """The untrained student (random weights) with a tokenizer trained on the SFT set."""
+    from afm.demo.tiny_model import build_tiny_model
+
+    if (out / "config.json").exists():
+        return out
+    return build_tiny_model(out, tokenizer_texts(data_dir), vocab_size=size.vocab_size,
+                            hidden_size=size.hidden_size, intermediate_size=size.intermediate_size,
+                            num_layers=size.num_layers, num_heads=size.num_heads, num_kv_heads=size.num_kv_heads,
+                            seed=seed)
+
+
+def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule = SftSchedule(),
+               seed: int = 0) -> dict[str, Any]:
+    """The LLaMA-Factory yaml of the masked SFT run."""
+    return {
+        "model_name_or_path": str(model), "stage": "sft", "do_train": True, "finetuning_type": "full",
+        "dataset": SFT_DATASET, "dataset_dir": str(data_dir), "template": "qwen",
+        "cutoff_len": schedule.cutoff_len, "per_device_train_batch_size": schedule.batch_size,
+        "gradient_accumulation_steps": 1, "learning_rate": schedule.learning_rate, "lr_scheduler_type": "cosine",
+        "warmup_ratio": 0.05, "num_train_epochs": schedule.epochs, "logging_steps": 5, "save_strategy": "no",
+        "report_to": "none", "plot_loss": True, "overwrite_cache": True, "preprocessing_num_workers": 1,
+        "output_dir": str(out), "overwrite_output_dir": True, "ignore_observation": True,
+        "ignore_observation_token": "observation", "seed": seed, "bf16": False, "fp16": False,
+    }
+
+
+def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule = SftSchedule(), seed: int = 0) -> Path:
+    """Masked SFT through ``afm-sft train`` (a real LLaMA-Factory run); returns ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cfg = out.parent / f"{out.name}.yaml"
+    cfg.write_text(yaml.safe_dump(sft_config(model, data_dir, out, schedule, seed)))
+    log = out.parent / f"{out.name}.log"
+    with log.open("w") as f:
+        proc = subprocess.run([sys.executable, "-m", "afm.sft.cli", "train", str(cfg)], stdout=f,
+                              stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"afm-sft train failed (exit {proc.returncode}); log {log}:\n{tail}")
+    return out
+
+
+def evaluate(model: Path, data_root: Path, servers: Any, run_dir: Path, *, families: tuple[str, ...] = FAMILIES,
+             limit: int | None = None, files: dict[str, Path] | None = None, n: int | None = None,
+             temperature: float | None = None) -> dict[str, float]:
+    """``afm eval run`` of ``model`` on the world's held-out questions (or ``files``); per-family accuracy."""
+    from afm.eval.run import main as eval_main
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tools_yaml = run_dir.parent / f"{run_dir.name}_tools.yaml"
+    tools_yaml.write_text(yaml.safe_dump(world_tools(servers)))
+    args = ["--benchmarks", ",".join(f"world_{f}" for f in families), "--run-dir", str(run_dir),
+            "--data-root", str(data_root), "--backend", "hf", "--model", str(model), "--tools-config",
+            str(tools_yaml), "--concurrency", "32", "--batch-size", "32", "--seed", "0", "--quiet", "--force"]
+    for fam, path in (files or {}).items():
+        args += ["--file", f"world_{fam}={path}"]
+    if limit:
+        args += ["--limit", str(limit)]
+    if n:
+        args += ["--n", str(n)]
+    if temperature is not None:
+        args += ["--temperature", str(temperature)]
+    code = eval_main(args)
+    if code not in (0, None):
+        raise RuntimeError(f"afm eval run failed (exit {code})")
+    return accuracy(run_dir)
+
+
+def accuracy(run_dir: Path) -> dict[str, float]:
+    """Per-family mean accuracy of an eval run, and ``macro``."""
+    by: dict[str, list[float]] = {}
+    for line in (run_dir / "results.jsonl").read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        by.setdefault(str(r["benchmark"]).removeprefix("world_"), []).append(float(r.get("acc") or 0.0))
+    acc = {f: sum(v) / len(v) for f, v in sorted(by.items())}
+    acc["macro"] = sum(acc.values()) / len(acc) if acc else 0.0
+    return acc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """world -> distill -> filter -> convert -> untrained eval -> SFT -> SFT eval, with timings."""
+    import argparse
+
+    from afm.demo.agent_demo import DemoServers
+
+    p = argparse.ArgumentParser(prog="python -m afm.demo.recipe", description=__doc__.split("\n\n")[0])
+    p.add_argument("workdir")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=float, default=SftSchedule.epochs)
+    p.add_argument("--lr", type=float, default=SftSchedule.learning_rate)
+    p.add_argument("--limit", type=int, default=None, help="held-out questions per family")
+    args = p.parse_args(argv)
+    work = Path(args.workdir).absolute()
+    t: dict[str, float] = {}
+    t0 = time.monotonic()
+    world, root = make_world(work, args.seed)
+    with DemoServers(work / "servers", world=world) as servers:
+        out = distill_sft_data(root, servers, work / "distill", seed=args.seed)
+        t["distill"] = time.monotonic() - t0
+        print(json.dumps(out["filter_report"].get("counts", out["filter_report"]), indent=1)[:1500])
+        model = build_student(work / "model-init", out["data"])
+        t1 = time.monotonic()
+        sft = train_sft(model, out["data"], work / "sft", SftSchedule(epochs=args.epochs, learning_rate=args.lr))
+        t["sft"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        acc = evaluate(sft, root, servers, work / "eval_sft", limit=args.limit)
+        t["eval"] = time.monotonic() - t2
+    print("SFT held-out accuracy:", json.dumps({k: round(v, 3) for k, v in acc.items()}))
+    print("seconds:", json.dumps({k: round(v, 1) for k, v in t.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

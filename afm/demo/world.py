@@ -1,0 +1,210 @@
+"""A demo world made to learn in: invented towns, people and countries, and four task families that use each tool
+the way the paper's agents do, generated from a seed in well under a second.
+
+Families (the answer is always short and scored by exact match through ``afm.rewards``, data source ``afm_demo``):
+
+* ``arith``    "Compute 37*48+15."                        -> ``code`` (print the expression) -> 1791
+* ``lookup``   "What is the population of Varnok?"         -> ``web_search`` (the snippet links the town's page but
+  holds no figure) -> ``crawl_page`` (the page states it)   -> 48213
+* ``multihop`` "In which country was Alma Torvel born?"    -> ``wiki_search`` (born in Varnok) -> ``wiki_search``
+  (Varnok is a town in Keldria)                              -> Keldria
+* ``calc``     "How many years before 2026 was Varnok founded?" -> ``wiki_search`` (founded in 1843) -> ``code``
+  (print(2026-1843))                                          -> 183
+
+Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
+people and arithmetic operands; countries are a shared answer vocabulary. Facts are invented, so an answer can
+only come from the tools. The world's documents are served by the demo servers (:class:`afm.demo.agent_demo.
+DemoServers` with ``world=``): town pages on the demo site, town and person passages in the wiki corpus, town
+entries (without figures) in the search corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from afm.prompts.registry import Prompt
+
+FAMILIES = ("arith", "lookup", "multihop", "calc")
+SPLITS = ("train", "rl", "heldout")
+DATA_SOURCE = "afm_demo"
+YEAR = 2026
+TOOLS_OF = {"arith": ("code",), "lookup": ("web_search", "crawl_page"), "multihop": ("wiki_search",),
+            "calc": ("wiki_search", "code")}
+COUNTRIES = ("Keldria", "Ostmark", "Varelia", "Doruna", "Tessin", "Arvola", "Brenmoor", "Caldera", "Elmaro",
+             "Fennick", "Gorvath", "Halvene")
+_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "l", "m", "n", "p", "r", "s", "st", "t", "tr", "v",
+           "w", "z")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou")
+_CODAS = ("", "n", "r", "l", "s", "k", "th", "m", "nd", "rt")
+_GIVEN = ("Alma", "Bruno", "Cora", "Dario", "Edda", "Felix", "Greta", "Hugo", "Ines", "Jonas", "Kira", "Lena",
+          "Mira", "Nils", "Olga", "Pavel", "Rosa", "Sven", "Tilda", "Ugo", "Vera", "Wim", "Yara", "Zeno")
+
+PROMPT = Prompt(
+    key="afm.demo.world:PROMPT", version="2026-11-24.1",  # the key resolves to this object (module:attr)
+    text=("Solve it with the tools web_search, crawl_page, wiki_search and code; think, plan, call tools, "
+          "suggest an answer, double check it, then answer."),
+    tools=("web_search", "crawl_page", "wiki_search", "code"),
+    answer_format="<answer>short answer</answer>",
+    description="the quickstart's demo world (afm.demo.world)",
+    tags=("think", "plan", "web_search", "crawl_page", "wiki_search", "code", "observation", "reflection",
+          "suggested_answer", "double_check", "answer"))
+
+
+@dataclass(frozen=True)
+class Town:
+    name: str
+    country: str
+    population: int
+    founded: int
+
+    @property
+    def slug(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Person:
+    name: str
+    town: str
+    trade: str
+
+
+@dataclass
+class Task:
+    """One question with its gold answer, family and the facts a solver needs (``facts``; never shown)."""
+
+    id: str
+    family: str
+    split: str
+    question: str
+    answer: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        """The question file row (``afm eval run`` / ``afm infer`` / ``afm data distill`` / ``afm data rl``)."""
+        return {"id": self.id, "question": self.question, "answer": [self.answer], "golden_answers": [self.answer],
+                "family": self.family, "task": "math" if self.family == "arith" else "qa",
+                "data_source": DATA_SOURCE, "tools": list(PROMPT.tools),
+                "prompt_key": "afm.demo.world:PROMPT"}
+
+
+@dataclass
+class World:
+    """Towns and people of every split, and the tasks."""
+
+    seed: int
+    towns: dict[str, list[Town]]
+    people: dict[str, list[Person]]
+    tasks: dict[str, list[Task]]
+
+    def all_towns(self) -> list[Town]:
+        return [t for s in SPLITS for t in self.towns[s]]
+
+    def all_people(self) -> list[Person]:
+        return [p for s in SPLITS for p in self.people[s]]
+
+    def town(self, name: str) -> Town | None:
+        return next((t for t in self.all_towns() if t.name.lower() == name.lower()), None)
+
+    def person(self, name: str) -> Person | None:
+        return next((p for p in self.all_people() if p.name.lower() == name.lower()), None)
+
+    # -- documents for the servers ----------------------------------------------------------------------------
+    def site_documents(self) -> list[dict[str, Any]]:
+        """Town pages for the demo site: ``{slug, title, paragraphs}``; the population is only here."""
+        return [{"slug": t.slug, "title": t.name,
+                 "paragraphs": [f"{t.name} is a town in {t.country}. Its population is {t.population}."]}
+                for t in self.all_towns()]
+
+    def search_corpus(self, site_url: str) -> list[dict[str, str]]:
+        """Search records linking each town's page; the snippet names the town but holds no figure."""
+        base = site_url.rstrip("/")
+        return [{"id": t.slug, "title": t.name, "url": f"{base}/{t.slug}.html",
+                 "text": f"{t.name}, a town in {t.country}. Facts and figures on its page."}
+                for t in self.all_towns()]
+
+    def wiki_corpus(self) -> list[dict[str, str]]:
+        """Wiki passages: one per town (country, founding year) and one per person (birthplace)."""
+        towns = [{"id": f"town-{t.slug}", "contents": f'"{t.name}"\n{t.name} is a town in {t.country}, founded in '
+                                                     f"{t.founded}."} for t in self.all_towns()]
+        people = [{"id": f"person-{p.name.lower().replace(' ', '-')}",
+                   "contents": f'"{p.name}"\n{p.name} was a {p.trade} born in {p.town}.'} for p in self.all_people()]
+        return towns + people
+
+    def write(self, out_dir: str | Path) -> dict[str, Path]:
+        """Question files ``<split>_<family>.jsonl`` plus ``<split>.jsonl`` (all families) and ``world.json``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths: dict[str, Path] = {}
+        for split in SPLITS:
+            rows = [t.row() for t in self.tasks[split]]
+            paths[split] = _write_jsonl(out / f"{split}.jsonl", rows)
+            for fam in FAMILIES:
+                paths[f"{split}_{fam}"] = _write_jsonl(out / f"{split}_{fam}.jsonl",
+                                                       [r for r in rows if r["family"] == fam])
+        (out / "world.json").write_text(json.dumps({
+            "seed": self.seed, "towns": {s: [asdict(t) for t in v] for s, v in self.towns.items()},
+            "people": {s: [asdict(p) for p in v] for s, v in self.people.items()}}, indent=1) + "\n")
+        return paths
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _name(rng: random.Random, syllables: int) -> str:
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+                   for _ in range(syllables)).capitalize()
+
+
+def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> World:
+    """The world for ``seed``: ``per_family[split]`` tasks of each family per split (default 750 / 60 / 25)."""
+    counts = {"train": 750, "rl": 60, "heldout": 25, **(per_family or {})}
+    rng = random.Random(seed)
+    used_names: set[str] = set()
+
+    def fresh(make) -> str:
+        while True:
+            name = make()
+            if name.lower() not in used_names and len(name) >= 4:
+                used_names.add(name.lower())
+                return name
+
+    used_triples: set[tuple[int, int, int]] = set()
+    towns: dict[str, list[Town]] = {}
+    people: dict[str, list[Person]] = {}
+    tasks: dict[str, list[Task]] = {}
+    trades = ("painter", "sailor", "weaver", "poet", "baker", "surveyor", "potter", "clockmaker")
+    for split in SPLITS:
+        n = counts[split]
+        ts = [Town(fresh(lambda: _name(rng, rng.choice((2, 2, 3)))), rng.choice(COUNTRIES),
+                   rng.randrange(1000, 99999), rng.randrange(1200, 1990)) for _ in range(2 * n)]
+        ps = [Person(fresh(lambda: f"{rng.choice(_GIVEN)} {_name(rng, 2)}"), ts[i].name, rng.choice(trades))
+              for i in range(n)]
+        towns[split], people[split] = ts, ps
+        out: list[Task] = []
+        for i in range(n):
+            while True:
+                a, b, c = rng.randrange(11, 99), rng.randrange(11, 99), rng.randrange(2, 99)
+                if (a, b, c) not in used_triples:
+                    used_triples.add((a, b, c))
+                    break
+            out.append(Task(f"{split}-arith-{i}", "arith", split, f"Compute {a}*{b}+{c}.", str(a * b + c),
+                            {"expr": f"{a}*{b}+{c}"}))
+            t = ts[n + i]  # lookup / calc towns are not the people's birthplaces
+            out.append(Task(f"{split}-lookup-{i}", "lookup", split, f"What is the population of {t.name}?",
+                            str(t.population), {"town": t.name}))
+            p = ps[i]
+            out.append(Task(f"{split}-multihop-{i}", "multihop", split, f"In which country was {p.name} born?",
+                            ts[i].country, {"person": p.name, "town": p.town}))
+            u = ts[(n + i + n // 2) % (2 * n)] if n > 1 else t
+            out.append(Task(f"{split}-calc-{i}", "calc", split,
+                            f"How many years before {YEAR} was {u.name} founded?", str(YEAR - u.founded),
+                            {"town": u.name}))
+        tasks[split] = out
+    return World(seed, towns, people, tasks)

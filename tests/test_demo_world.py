@@ -1,0 +1,101 @@
+"""The demo world (afm.demo.world), its rule-based teacher model (afm.demo.teacher_model) and the distillation
+stage of the miniature recipe (afm.demo.recipe) with the real servers, sandbox, filter and converter."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from afm.demo.teacher_model import Solver, TeacherModel
+from afm.demo.world import FAMILIES, PROMPT, SPLITS, build_world
+from afm.prompts import get_prompt
+from afm.rewards import compute_score
+
+SMALL = {"train": 6, "rl": 4, "heldout": 4}
+
+
+def test_world_is_seeded_and_splits_are_disjoint():
+    a, b = build_world(3, SMALL), build_world(3, SMALL)
+    assert [t.question for t in a.tasks["train"]] == [t.question for t in b.tasks["train"]]
+    assert [t.question for t in build_world(4, SMALL).tasks["train"]] != [t.question for t in a.tasks["train"]]
+    towns = [{t.name for t in a.towns[s]} for s in SPLITS]
+    people = [{p.name for p in a.people[s]} for s in SPLITS]
+    exprs = [{t.facts["expr"] for t in a.tasks[s] if t.family == "arith"} for s in SPLITS]
+    for sets in (towns, people, exprs):
+        assert all(not (x & y) for i, x in enumerate(sets) for y in sets[i + 1:])
+    for split in SPLITS:
+        assert sorted({t.family for t in a.tasks[split]}) == sorted(FAMILIES)
+        assert len(a.tasks[split]) == 4 * SMALL[split]
+    assert get_prompt(PROMPT.key) is PROMPT  # the key resolves to the object (records and eval name it)
+
+
+def test_every_gold_scores_one_and_a_wrong_answer_zero():
+    world = build_world(0, SMALL)
+    for task in world.tasks["heldout"]:
+        row = task.row()
+        good = compute_score(row["data_source"], f"<answer>{task.answer}</answer>", row["answer"])
+        bad = compute_score(row["data_source"], "<answer>Atlantis 12</answer>", row["answer"])
+        assert good["acc"] == 1.0 and bad["acc"] == 0.0, task
+
+
+def test_teacher_endpoint_answers_openai_chat_requests():
+    with TeacherModel(seed=0) as teacher:
+        system = "You are the PLANNER of a research team that answers a question with tools.\n..."
+        body = {"model": "t", "messages": [{"role": "system", "content": system},
+                                           {"role": "user", "content": "Question: Compute 12*34+5.\n\nWork so far:\n"
+                                                                       "(nothing yet)\n\nWrite the plan."}]}
+        req = urllib.request.Request(teacher.base_url + "/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        reply = json.loads(urllib.request.urlopen(req, timeout=10).read())
+        text = reply["choices"][0]["message"]["content"]
+        assert "<steps>\ncode: compute the expression\nanswer:" in text
+        assert reply["usage"]["total_tokens"] > 0
+        bad = urllib.request.Request(teacher.base_url + "/chat/completions", data=b"{not json",
+                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(bad, timeout=10)
+        assert err.value.code == 400
+
+
+def test_solver_reads_facts_from_observations_only():
+    s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
+    q = "In which country was Alma Torvel born?"
+    history = ("<wiki_search>Alma Torvel</wiki_search>\n\n<observation>\nDoc 1 (Title: \"Alma Torvel\")\n"
+               "Alma Torvel was a poet born in Varnok.\n</observation>\n\n<wiki_search>Varnok</wiki_search>\n\n"
+               "<observation>\nDoc 1 (Title: \"Varnok\")\nVarnok is a town in Keldria, founded in 1843.\n"
+               "</observation>")
+    assert "<answer>Keldria</answer>" in s.answerer(q, history)
+    assert "<answer>unknown</answer>" in s.answerer(q, "(nothing yet)")
+    # the verifier recomputes arithmetic from the question, so a copying slip in the program is caught
+    slip = "<code>\n```py\nprint(21*34+5)\n```\n</code>\n\n<observation>\n[STDOUT:BEGIN]\n719\n[STDOUT:END]\n</observation>"
+    user = "Question: Compute 12*34+5.\n\nWork so far:\n" + slip + "\n\nSuggested answer: 719\n\nDouble-check"
+    assert "<score>1</score>" in s.verifier("Compute 12*34+5.", slip, user)
+
+
+def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
+    from afm.demo.agent_demo import DemoServers
+    from afm.demo.recipe import SFT_DATASET, distill_sft_data, make_world
+
+    world, root = make_world(tmp_path, seed=1, per_family={"train": 8, "rl": 2, "heldout": 2})
+    with DemoServers(tmp_path / "servers", world=world) as servers:
+        clean = distill_sft_data(root, servers, tmp_path / "clean", mistake_rate=0.0, miss_rate=0.0)
+        noisy = distill_sft_data(root, servers, tmp_path / "noisy", mistake_rate=1.0, miss_rate=0.5)
+    runs = [json.loads(line) for line in clean["runs"].read_text().splitlines()]
+    assert len(runs) == 32
+    correct = [r for r in runs if r["status"] == "ok" and r["final_answer"] == r["gold"][0]]
+    assert len(correct) >= 0.9 * len(runs)
+    by_family = {f: [r for r in runs if f"-{f}-" in r["question_id"]] for f in FAMILIES}
+    tools = {f: {c["name"] for r in rs for c in r["tool_calls"]} for f, rs in by_family.items()}
+    assert tools == {"arith": {"code"}, "lookup": {"web_search", "crawl_page"}, "multihop": {"wiki_search"},
+                     "calc": {"wiki_search", "code"}}
+    rows = json.loads((clean["data"] / f"{SFT_DATASET}.json").read_text())
+    assert len(rows) == clean["filter_report"]["records_out"] and "<observation>" in rows[0]["output"]
+    info = json.loads((clean["data"] / "dataset_info.json").read_text())
+    assert SFT_DATASET in info
+    # every arithmetic program of the noisy teacher has a slip: the verifier rejects some answers (re-plan, then a
+    # self-corrected run, upsampled) and misses others (wrong runs the quality filter drops)
+    filters = {f["name"]: f for f in noisy["filter_report"]["filters"]}
+    assert filters["quality"]["dropped"] > 0
+    assert filters["upsample"]["added"] > 0
