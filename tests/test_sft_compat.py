@@ -96,3 +96,22 @@ def test_an_unsupported_release_is_refused_before_patching(tmp_path):
                           env=env, timeout=300)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"afm-sft: error: {expected}") and proc.stderr.count("\n") == 1
+
+
+def test_symbols_resolve_after_the_overlay_is_applied():
+    """The checks must hold in a process where the overlay already wrapped upstream (tests, torchrun ranks): the
+    wrappers keep upstream's signatures, so a parameter check never reports afm's own wrapper."""
+    code = (
+        "from afm.sft import overlay\n"
+        "overlay.apply()\n"
+        "from afm.sft.compat import UPSTREAM, resolve\n"
+        "import llamafactory.data.processor.supervised as s\n"
+        "assert getattr(s.SupervisedDatasetProcessor, '_afm_patched', False)\n"
+        "for sym in UPSTREAM:\n"
+        "    if not sym.optional:\n"
+        "        resolve(sym)\n"
+        "print('ok', len(UPSTREAM))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("ok ")

@@ -22,6 +22,7 @@ changed overlay never reuses a cache built by an older one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -347,9 +348,12 @@ def _wrap_processor(cls: type, pairwise: bool, encode_owner: type) -> None:
     orig_preprocess = cls.__dict__["preprocess_dataset"]
 
     # The wrappers only call module-level functions and all mutable state lives in _STATE (see _State).
+    # functools.wraps keeps upstream's signature visible (afm.sft.compat checks it after the overlay is applied).
+    @functools.wraps(orig_encode)
     def _encode_data_example(self, *args: Any, **kwargs: Any):
         return _encode_impl(self, orig_encode, pairwise, args, kwargs)
 
+    @functools.wraps(orig_preprocess)
     def preprocess_dataset(self, examples: dict[str, list[Any]]) -> dict[str, list[Any]]:
         return _preprocess_impl(self, examples, orig_preprocess, orig_encode, pairwise)
 
