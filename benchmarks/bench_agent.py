@@ -22,7 +22,7 @@ import httpx
 
 from afm.agent import AgentConfig, Generation, SamplingParams, TokenizerAdapter, ToolRunner, run_trajectory
 from afm.agent.openai_backend import OpenAIBackend
-from afm.demo.data import tokenizer_corpus
+from afm.demo_content.samples import tokenizer_corpus
 from afm.demo.tiny_model import build_tiny_model
 from afm.testing.openai_standin import StandIn
 from afm.tools import Tool, ToolContext, ToolResult

@@ -38,7 +38,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from afm.demo.web import DEMO_DOCUMENTS
+from afm.demo_content.web import DEMO_DOCUMENTS
 from afm.servers.demo_site import DemoSite
 from afm.servers.fetch import FetchLimits, PageFetcher, extract_html
 from afm.servers.ssrf import AllowList, UrlPolicy

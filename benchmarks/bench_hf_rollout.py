@@ -39,7 +39,7 @@ def build(out: Path, shape: str) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from afm.demo.data import tokenizer_corpus
+    from afm.demo_content.samples import tokenizer_corpus
     from afm.demo.tiny_model import train_tokenizer
 
     if (out / "config.json").exists():

@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from afm.demo.data import tokenizer_corpus
+    from afm.demo_content.samples import tokenizer_corpus
     from afm.demo.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen2", tokenizer_corpus(0))
@@ -68,7 +68,7 @@ def qwen_tokenizer(qwen_tokenizer_dir):
 
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory) -> Path:
-    from afm.demo.data import write_demo_data
+    from afm.demo_content.samples import write_demo_data
 
     return write_demo_data(tmp_path_factory.mktemp("data"), n_sft=24, n_dpo=12, broken=2)
 

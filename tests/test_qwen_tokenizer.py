@@ -50,7 +50,7 @@ def test_merges_begin_like_qwen2(qwen_tokenizer_dir):
 
 def test_same_ids_as_tiktoken_and_round_trip(qwen_tokenizer):
     tiktoken = pytest.importorskip("tiktoken")  # a dependency of dashscope, listed in the dev extra
-    from afm.demo.tiny_model import QWEN2_PATTERN
+    from afm.testing.qwen_tokenizer import QWEN2_PATTERN
 
     enc = tiktoken.Encoding("qwen-ranks", pat_str=QWEN2_PATTERN, mergeable_ranks=load_ranks(ranks_path()),
                             special_tokens={c: N_RANKS + i for i, (c, _) in enumerate(ADDED_TOKENS)})

@@ -10,7 +10,7 @@ import uuid
 import httpx
 import pytest
 
-from afm.demo.web import DEMO_DOCUMENTS
+from afm.demo_content.web import DEMO_DOCUMENTS
 from afm.servers.crawl_server import normalise_url, split_urls
 from afm.servers.demo_site import BOILERPLATE_MARKERS, DemoSite
 from afm.servers.fetch import FetchLimits, PageFetcher, body_to_text

@@ -373,7 +373,7 @@ def test_mask_report_mode_dry_run():
 
 
 def test_dataset_info():
-    from afm.demo.data import DATASET_INFO
+    from afm.demo_content.samples import DATASET_INFO
 
     info = json.loads((REPO / "data" / "dataset_info.json").read_text())
     for name, entry in info.items():
@@ -394,7 +394,7 @@ def test_dataset_info():
 
 
 def test_demo_data_writer_keeps_the_shipped_entries(tmp_path):
-    from afm.demo.data import write_demo_data
+    from afm.demo_content.samples import write_demo_data
 
     shutil.copy(REPO / "data" / "dataset_info.json", tmp_path / "dataset_info.json")
     write_demo_data(tmp_path, n_sft=2, n_dpo=2, broken=0)

@@ -86,7 +86,7 @@ def test_wiki_search_observation_has_the_original_format(servers):
     assert res.status == "ok"
     # Exactly the original's layout: "Doc i (Title: <first line>)\n<rest>", blocks separated by a blank line,
     # each block one record of the demo wiki corpus, and the two best documents are about the lighthouse.
-    from afm.demo.web import demo_wiki_corpus
+    from afm.demo_content.web import demo_wiki_corpus
 
     records = {r["contents"] for r in demo_wiki_corpus()}
     blocks = res.text.split("\n\n")

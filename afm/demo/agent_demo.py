@@ -10,7 +10,7 @@ from typing import Any
 from afm.agent import AgentConfig, SamplingParams, ToolRunner, Trajectory, run_trajectory
 from afm.agent.hf_backend import HFBackend
 from afm.agent.runner import JsonlStore, format_summary, summarize
-from afm.demo.data import DEMO_SYSTEM, demo_samples
+from afm.demo_content.samples import DEMO_SYSTEM, demo_samples
 from afm.testing.procs import ServerProcess, free_port
 
 

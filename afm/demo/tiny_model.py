@@ -13,11 +13,10 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
+from afm.testing.qwen_tokenizer import QWEN2_PATTERN
+
 logger = logging.getLogger(__name__)
 
-QWEN2_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # ChatML, as Qwen2.5 renders it (default system prompt when none is given).
 CHAT_TEMPLATE = (

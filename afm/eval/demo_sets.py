@@ -1,12 +1,12 @@
 """Small benchmark subsets written by the project for offline runs, in the original formats of the real
 ones, so they go through the same loaders (:mod:`afm.eval.datasets`) and scorers as the real benchmarks.
 
-- ``demo_mhqa``: the demo world's questions (:data:`afm.demo.web.DEMO_QUESTIONS`) as NQ-style JSON lines
+- ``demo_mhqa``: the demo world's questions (:data:`afm.demo_content.web.DEMO_QUESTIONS`) as NQ-style JSON lines
   (``question``, ``answer`` list, ``data_source``); answered with ``wiki_search`` over the demo wiki corpus.
 - ``demo_web``: the same questions as a GAIA-style JSON list (``task_id``, ``question``, ``answer``,
   ``Level`` = the number of hops); answered with ``web_search`` + ``crawl_page`` on the demo site; judged
   (EM without a judge).
-- ``demo_math``: arithmetic questions in the style of :mod:`afm.demo.data` as MATH-500-style JSON lines
+- ``demo_math``: arithmetic questions in the style of :mod:`afm.demo_content.samples` as MATH-500-style JSON lines
   (``problem``, ``solution`` with ``\\boxed{}``, ``answer``); scored by Math-Verify.
 - ``demo_code``: four tiny STDIN/STDOUT problems as LiveCodeBench rows (``question_content``,
   ``public_test_cases``/``private_test_cases`` JSON strings, ``metadata``); :data:`DEMO_CODE_SOLUTIONS`
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from afm.demo.data import demo_samples
-from afm.demo.web import DEMO_QUESTIONS
+from afm.demo_content.samples import demo_samples
+from afm.demo_content.web import DEMO_QUESTIONS
 from afm.eval.datasets import get_benchmark
 from afm.eval.records import write_records
 

@@ -1,4 +1,4 @@
-"""Write the demo world's corpora (afm.demo.web) as JSONL files for the search and wiki servers.
+"""Write the demo world's corpora (afm.demo_content.web) as JSONL files for the search and wiki servers.
 
     python -m afm.servers.demo_data OUT_DIR --site-url http://127.0.0.1:9002
 
@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from afm.demo.web import demo_search_corpus, demo_wiki_corpus
+from afm.demo_content.web import demo_search_corpus, demo_wiki_corpus
 
 SEARCH_FILE = "search_corpus.jsonl"
 WIKI_FILE = "wiki_corpus.jsonl"

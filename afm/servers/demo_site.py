@@ -1,6 +1,6 @@
 """A small static web site of the invented demo world, for the offline demo, tests and benchmarks.
 
-``python -m afm.servers.demo_site [--port 9002]`` serves each :data:`afm.demo.web.DEMO_DOCUMENTS` entry at
+``python -m afm.servers.demo_site [--port 9002]`` serves each :data:`afm.demo_content.web.DEMO_DOCUMENTS` entry at
 ``/<slug>.html`` as a realistic page: a header with navigation, breadcrumbs, a sidebar with related links and an
 advertisement, a cookie banner and a footer around the article, so that main-text extraction has boilerplate to
 drop (the marker strings are in :data:`BOILERPLATE_MARKERS`). ``/`` lists the pages.
@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from afm.demo.web import DEMO_DOCUMENTS, DemoDocument
+from afm.demo_content.web import DEMO_DOCUMENTS, DemoDocument
 from afm.testing.procs import ServerProcess, free_port
 
 SITE_NAME = "Corvan Atlas"

@@ -26,8 +26,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from afm.demo.tiny_model import QWEN2_PATTERN
-
+# Qwen2's pre-tokenizer split (digits one by one); the tiny demo tokenizer uses it too.
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 BUILDER_VERSION = "1"
 N_RANKS = 151643
 # (content, special) in id order from 151643, as in Qwen2.5's tokenizer_config.json

@@ -108,7 +108,7 @@ def build_policy(out_dir: str | Path, parquet: str | Path, *, steps: int = 120, 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from afm.demo.data import tokenizer_corpus
+    from afm.demo_content.samples import tokenizer_corpus
     from afm.demo.tiny_model import build_tiny_model
 
     out = Path(out_dir)

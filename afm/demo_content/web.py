@@ -72,8 +72,8 @@ DEMO_DOCUMENTS: tuple[DemoDocument, ...] = (
 )
 
 def _place_documents() -> tuple[DemoDocument, ...]:
-    """Pages for the towns of the demo SFT data (afm.demo.data), so a model trained on it can search for them."""
-    from afm.demo.data import _FOUNDERS, _PLACES, _RIVERS
+    """Pages for the towns of the demo SFT data (afm.demo_content.samples), so a model trained on it can search for them."""
+    from afm.demo_content.samples import _FOUNDERS, _PLACES, _RIVERS
 
     return tuple(DemoDocument(place.lower(), place, (f"{place} is a town on the River {river}.",
                                                      f"{place} was founded by {founder} beside the River {river}."))

@@ -1,0 +1,136 @@
+"""The package's layers (SPEC.md §2, "who may import whom"), checked on the source: an upward import or a cycle
+between afm's subpackages fails here, before it becomes a tangle.
+
+Every ``import afm.X`` / ``from afm.X import ...`` (also inside functions: a lazy import is still a dependency)
+is an edge from the importing top-level module to ``X``. Each module may import only the modules listed for it in
+``ALLOWED``; a module missing from ``ALLOWED`` fails the test until its layer is written down here.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "afm"
+
+# Leaves and shared utilities first, applications last. SPEC.md: trajectory and sandbox are leaves; tools may use
+# sandbox; agent uses trajectory and tools; rewards uses trajectory and sandbox; eval and data use agent and
+# rewards; sft uses trajectory; rl uses agent, tools and rewards; sft and rl never import each other; servers are
+# standalone services (reached over HTTP).
+UTILS = {"chat_client", "kvcache", "table_io"}
+ALLOWED: dict[str, set[str]] = {
+    "trajectory": set(),
+    "sandbox": set(),
+    "chat_client": set(),
+    "kvcache": set(),
+    "table_io": set(),
+    "prompts": {"trajectory"},
+    "tools": {"sandbox"},
+    "servers": {"chat_client", "kvcache", "testing", "demo_content"},
+    "demo_content": {"trajectory"},  # the demo's documents, questions and samples: data every layer may read
+    "testing": set(),  # helpers for tests and demo processes (free ports, server processes, tokenizers)
+    "agent": {"trajectory", "tools", "prompts", "table_io"},
+    "rewards": {"trajectory", "sandbox", *UTILS},
+    "eval": {"agent", "rewards", "trajectory", "tools", "prompts", "demo_content", *UTILS},
+    "data": {"agent", "rewards", "trajectory", "tools", "prompts", *UTILS},
+    "sft": {"trajectory"},
+    # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.demo
+    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content"},
+    # applications: the demo world, the quickstart, the CLI and the doctor sit on top
+    "demo": {"agent", "tools", "trajectory", "servers", "testing", "sandbox", "rewards", "prompts", "data", "eval",
+             "demo_content", *UTILS},
+    "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "testing", "prompts",
+                   "demo_content", *UTILS},
+    "quickstart_rl": set(),
+    "quickstart_summary": {"eval"},
+    "doctor": {"sft", "sandbox"},
+    "cli": {"agent", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "demo"},
+}
+
+
+def _module(path: Path) -> str:
+    return path.relative_to(PKG).parts[0].removesuffix(".py")
+
+
+def _imported(path: Path) -> set[str]:
+    """Top-level afm modules imported anywhere in one file (absolute and relative imports)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    rel_parts = list(path.relative_to(PKG).parts[:-1])
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = rel_parts[: len(rel_parts) - (node.level - 1)]
+                if not base:  # `from .. import x` at the package root: x is the module
+                    out.update(a.name for a in node.names)
+                    continue
+                names = [".".join(["afm", *base])]
+            elif node.module:
+                names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "afm" and len(parts) > 1:
+                out.add(parts[1])
+    return out
+
+
+def import_graph() -> dict[str, dict[str, list[str]]]:
+    """{module: {imported module: [files importing it]}} between afm's top-level modules."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in sorted(PKG.rglob("*.py")):
+        src = _module(path)
+        if src == "__init__":
+            continue
+        for dst in _imported(path) - {src}:
+            graph[src][dst].append(str(path.relative_to(PKG.parent)))
+    return graph
+
+
+def test_every_module_has_a_layer():
+    modules = {_module(p) for p in PKG.iterdir() if (p.suffix == ".py" or (p / "__init__.py").exists())}
+    missing = sorted(modules - set(ALLOWED) - {"__init__"})
+    assert not missing, f"add these afm modules to ALLOWED in {__file__} (which layer?): {missing}"
+
+
+def test_no_upward_imports():
+    graph = import_graph()
+    assert "agent" in graph["eval"] and "trajectory" in graph["agent"]  # the scan sees real edges
+    bad = [f"afm.{src} -> afm.{dst} ({', '.join(files)})"
+           for src, deps in sorted(graph.items()) for dst, files in sorted(deps.items())
+           if dst not in ALLOWED.get(src, set())]
+    assert not bad, "imports against the layers of SPEC.md:\n" + "\n".join(bad)
+
+
+def test_no_cycles():
+    graph = {src: set(deps) for src, deps in import_graph().items()}
+    cycles = []
+    for start in graph:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    cycles.append(" -> ".join([*path, nxt]))
+                elif nxt not in path and len(path) < len(graph):
+                    stack.append((nxt, [*path, nxt]))
+    assert not cycles, "import cycles between afm modules:\n" + "\n".join(sorted(set(cycles)))
+
+
+@pytest.mark.parametrize("framework", ["llamafactory", "verl"])
+def test_frameworks_imported_only_by_their_overlay(framework):
+    home = {"llamafactory": "sft", "verl": "rl"}[framework]
+    bad = []
+    for path in PKG.rglob("*.py"):
+        if _module(path) in (home, "doctor"):  # the doctor reports the versions installed
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            bad += [f"{path.relative_to(PKG.parent)}: {n}" for n in names if n.split(".")[0] == framework]
+    assert not bad, f"{framework} imported outside afm/{home}:\n" + "\n".join(bad)
