@@ -99,3 +99,39 @@ def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
     filters = {f["name"]: f for f in noisy["filter_report"]["filters"]}
     assert filters["quality"]["dropped"] > 0
     assert filters["upsample"]["added"] > 0
+
+
+def test_rl_selection_samples_the_policy_with_real_tools_and_writes_verls_parquet(tmp_path):
+    """select_rl_data: afm infer (hf backend, real servers) on the rl split -> afm data select --mode code ->
+    parquet rows that carry the world's prompt, tools, data source and golds."""
+    import pandas as pd
+
+    from afm.demo.agent_demo import DemoServers
+    from afm.demo.recipe import ModelSize, build_student, select_rl_data
+    from afm.demo.tiny_model import build_tiny_model
+
+    world, root = make_world_small(tmp_path)
+    texts = [PROMPT.text] + [t.question for t in world.tasks["train"]]
+    model = build_tiny_model(tmp_path / "student", texts, vocab_size=512, hidden_size=32, intermediate_size=64,
+                             num_layers=1, num_heads=2, num_kv_heads=1)
+    with DemoServers(tmp_path / "servers", world=world) as servers:
+        out = select_rl_data(model, root, servers, tmp_path / "select", n=2, limit=4)
+    samples = [json.loads(line) for line in out["samples"].read_text().splitlines()]
+    assert len(samples) == 8 and all(s["gold"] for s in samples)
+    # an untrained policy solves nothing, so no question is dropped as "solved N/N"
+    df = pd.read_parquet(out["parquet"])
+    assert len(df) == 4 and set(df["data_source"]) == {"afm_demo"}
+    row = df.iloc[0]
+    assert PROMPT.text.strip()[:40] in row["prompt"][0]["content"]
+    gold = next(t.answer for t in world.tasks["rl"] if t.question in row["prompt"][0]["content"])
+    # verl's reward worker scores the stored ground truth exactly like the eval does
+    truth = row["reward_model"]["ground_truth"]
+    assert compute_score("afm_demo", f"<answer>{gold}</answer>", truth)["acc"] == 1.0
+    assert compute_score("afm_demo", "<answer>0</answer>", truth)["acc"] == 0.0
+    assert out["report"]["kept"] == 4 and out["report"]["mean_pass_rate"] == 0.0
+
+
+def make_world_small(tmp_path):
+    from afm.demo.recipe import make_world
+
+    return make_world(tmp_path, seed=2, per_family={"train": 3, "rl": 1, "heldout": 1})

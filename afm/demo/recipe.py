@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 
 from afm.demo.world import FAMILIES, PROMPT, World, build_world
+from afm.eval.datasets import WORLD_PROMPT as PROMPT_KEY
+from afm.eval.datasets import WORLD_SAMPLING
 
 SFT_DATASET = "afm_world_sft"
 TEACHER_CONFIG = {
@@ -189,6 +191,58 @@ def evaluate(model: Path, data_root: Path, servers: Any, run_dir: Path, *, famil
     if code not in (0, None):
         raise RuntimeError(f"afm eval run failed (exit {code})")
     return accuracy(run_dir)
+
+
+def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n: int = 4,
+                   temperature: float = 1.0, limit: int | None = None, seed: int = 0,
+                   max_questions: int | None = None) -> dict[str, Any]:
+    """The paper's RL selection on the world's ``rl`` split: ``afm infer`` samples ``n`` trajectories per question
+    from ``model`` (the SFT policy) with the real tools, then ``afm data select --mode code`` drops the questions it
+    solved every time (nothing left to learn) and writes verl's parquet. Returns the parquet and the report."""
+    from afm.agent.infer import main as infer
+    from afm.data.difficulty import main as select
+
+    work.mkdir(parents=True, exist_ok=True)
+    tools_yaml = work / "tools.yaml"
+    tools_yaml.write_text(yaml.safe_dump(world_tools(servers)))
+    questions = world_root / "world" / "rl.jsonl"
+    samples, parquet = work / "samples.jsonl", work / "rl.parquet"
+    sampling = WORLD_SAMPLING
+    args = ["--input", str(questions), "--output", str(samples), "--id-key", "id", "--answer-key", "answer",
+            "--prompt", PROMPT_KEY, "--backend", "hf", "--model", str(model), "--tools-config", str(tools_yaml),
+            "--n", str(n), "--temperature", str(temperature), "--max-turns", str(sampling["max_turns"]),
+            "--max-tokens-per-turn", str(sampling["max_tokens_per_turn"]),
+            "--max-response-tokens", str(sampling["max_response_tokens"]), "--seed", str(seed),
+            "--concurrency", "32", "--batch-size", "32", "--quiet"]
+    if limit:
+        args += ["--limit", str(limit)]
+    if infer(args) not in (0, None):
+        raise RuntimeError("afm infer failed on the RL split")
+    args = ["--questions", str(questions), "--samples", str(samples), "--output", str(parquet), "--mode", "code",
+            "--n", str(n), "--scorer", "rewards", "--id-key", "id", "--a-key", "answer",
+            "--data-source", "afm_demo", "--prompt-key", PROMPT_KEY, "--ability", "qa", "--seed", str(seed),
+            "--quiet"]
+    if max_questions:
+        args += ["--max-questions", str(max_questions)]
+    if select(args) not in (0, None):
+        raise RuntimeError("afm data select failed")
+    report = json.loads(parquet.with_suffix(".select.json").read_text())
+    return {"samples": samples, "parquet": parquet, "report": report}
+
+
+# DAPO on CPU for the world: 4 prompts x 4 rollouts a step, the eval's turn and token limits.
+RL_KNOBS = {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4, "ROLLOUT_N": 4, "MAX_PROMPT_LENGTH": 192,
+            "MAX_RESPONSE_LENGTH": 1024, "MAX_TURNS": 6, "MAX_OBS_CHARS": 1024, "LR": 1e-5, "TEMPERATURE": 1.0}
+
+
+def train_rl(model: Path, parquet: Path, servers: Any, work: Path, *, steps: int = 12,
+             knobs: dict[str, Any] | None = None) -> Any:
+    """DAPO from ``model`` on ``parquet`` through verl's real trainer (``--local``: CPU, hf rollout) with the world's
+    tools; returns :class:`afm.quickstart_rl.DapoRun` (final HF policy, per-step metrics)."""
+    from afm.quickstart_rl import run_dapo
+
+    return run_dapo(model, parquet, world_tools(servers), work, task="code", steps=steps,
+                    knobs={**RL_KNOBS, **(knobs or {})})
 
 
 def accuracy(run_dir: Path) -> dict[str, float]:
