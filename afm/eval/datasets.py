@@ -38,6 +38,7 @@ empty file, invalid JSON (with the line), duplicate ids.
 from __future__ import annotations
 
 import base64
+import difflib
 import hashlib
 import json
 import logging
@@ -161,17 +162,35 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {s.name: s for s in (
                     f"world/heldout_{fam}.jsonl", "load_mhqa") for fam in WORLD_FAMILIES),
 )}
 
+# Other spellings, including the original project's file stems (``hle_test`` for ``web_agent/hle_test.json``), so
+# that a name copied from its data folder or scripts works.
 _ALIASES = {"2wiki": "2wikimultihopqa", "natural_questions": "nq", "tq": "triviaqa", "gaia_dev_103": "gaia",
             "hle_500": "hle", "webwalkerqa": "webwalker", "lcb_v4": "livecodebench_v4",
-            "lcb_v5": "livecodebench_v5", "codecontest": "codecontests", "olympiad": "olympiadbench"}
+            "lcb_v5": "livecodebench_v5", "codecontest": "codecontests", "olympiad": "olympiadbench",
+            "hle_test": "hle", "webwalker_main": "webwalker", "nq_full": "nq"}
+
+
+class UnknownBenchmarkError(KeyError):
+    """A benchmark name that is neither a benchmark nor an alias; the message suggests close names."""
+
+    def __str__(self) -> str:  # KeyError's str() would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+def _key(name: str) -> str:
+    return str(name).strip().lower().replace("-", "_")
 
 
 def get_benchmark(name: str) -> BenchmarkSpec:
-    """The spec of benchmark ``name`` (any case; aliases such as ``lcb_v5``); KeyError listing the names."""
-    key = str(name).strip().lower().replace("-", "_")
+    """The spec of benchmark ``name`` (any case; aliases such as ``lcb_v5`` or the original's file stems such as
+    ``hle_test``); :class:`UnknownBenchmarkError` (a KeyError) suggesting close names otherwise."""
+    key = _key(name)
     key = _ALIASES.get(key, key)
     if key not in BENCHMARKS:
-        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+        close = difflib.get_close_matches(key, [*BENCHMARKS, *_ALIASES], n=4, cutoff=0.6)
+        hint = " or ".join(dict.fromkeys(_ALIASES.get(n, n) for n in close))
+        raise UnknownBenchmarkError(f"unknown benchmark {name!r}" + (f" (did you mean {hint}?)" if hint else "")
+                                    + f"; known: {', '.join(BENCHMARKS)}")
     return BENCHMARKS[key]
 
 
@@ -520,24 +539,47 @@ LOADERS: dict[str, Callable[[Sequence[Mapping[str, Any]], BenchmarkSpec, str], l
 
 
 # -- files ---------------------------------------------------------------------------------------------------
+# The original project's data folder (``AFM/data``) keeps the same file names one folder deeper:
+# ``code_agent/code_math_benchmarks/aime24.parquet``, ``web_agent/test_benchmarks/gaia_dev_103.json``,
+# ``mhqa_agent/test_benchmarks/nq_full.jsonl``. A data root in either layout works.
+ORIGINAL_SUBDIRS = {"code_agent": "code_math_benchmarks", "web_agent": "test_benchmarks",
+                    "mhqa_agent": "test_benchmarks"}
+
+
+def _layouts(root: Path, default_file: str) -> list[Path]:
+    """Where ``default_file`` may lie under ``root``: afm's layout, then the original's."""
+    target = root / default_file
+    parts = Path(default_file).parts
+    sub = ORIGINAL_SUBDIRS.get(parts[0]) if len(parts) == 2 else None
+    return [target] if sub is None else [target, root / parts[0] / sub / parts[1]]
+
+
 def resolve_data_file(name: str, path: str | Path | None = None, *,
                       data_root: str | Path | None = None) -> Path:
     """The file of benchmark ``name``: ``path`` (a file, or a data root folder), else the spec's default file
-    under ``data_root`` (default :func:`default_data_root`), also with another supported suffix."""
+    under ``data_root`` (default :func:`default_data_root`; afm's layout or the original's ``AFM/data`` one, see
+    :data:`ORIGINAL_SUBDIRS`), also with another supported suffix. FileNotFoundError says where it looked."""
     spec = get_benchmark(name)
     if path is not None and not Path(path).is_dir():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"data file of benchmark {spec.name!r} not found: {path}")
         return Path(path)
     root = Path(path if path is not None else data_root if data_root is not None else default_data_root())
     if spec.default_file is None:
         raise FileNotFoundError(f"benchmark {spec.name!r} has no default file; pass its path")
-    target = root / spec.default_file
-    for candidate in (target, *(target.with_suffix(s) for s in FORMATS if s != target.suffix)):
-        if candidate.is_file():
-            return candidate
+    targets = _layouts(root, spec.default_file)
+    for target in targets:
+        for candidate in (target, *(target.with_suffix(s) for s in FORMATS if s != target.suffix)):
+            if candidate.is_file():
+                return candidate
+    if not root.is_dir():
+        where = f"the data root {root} does not exist"
+    else:
+        where = f"looked for {' and '.join(map(str, targets))} (or the same name with another of {', '.join(FORMATS)})"
     raise FileNotFoundError(
-        f"no data file for benchmark {spec.name!r}: looked for {target} (or the same name with another of "
-        f"{', '.join(FORMATS)}). Download it (python -m afm.eval.download {spec.name} --out {root}), pass "
-        f"its path (afm eval run --file {spec.name}=PATH), or set ${DATA_ENV} to the folder that holds it.")
+        f"no data file for benchmark {spec.name!r}: {where}. Download it (python -m afm.eval.download "
+        f"{spec.name} --out {root}), pass its path (afm eval run --file {spec.name}=PATH), or point --data-root "
+        f"(${DATA_ENV}) at the folder that holds it (afm's data/eval or the original's AFM/data).")
 
 
 def load_benchmark(name: str, path: str | Path | None = None, *, data_root: str | Path | None = None,
