@@ -22,6 +22,10 @@ reads every one of these forms, and each row is checked with it (for data source
 input ids are: the original's converter wrote an index that, when absent, defaulted to 0 and silently merged
 every prompt into one GRPO group. :func:`write_rl_parquet` refuses rows whose indices repeat.
 
+Rows of an existing verl RL parquet (the original project's ``prepare_data.py`` output: the question and answer in
+``extra_info``, the ground truth a ``{"target": [...]}`` JSON string) are read as items too (:func:`from_verl_row`)
+and rebuilt with afm's prompt, index and ground-truth encoding.
+
 Rows that cannot be trained on are dropped and counted in an :class:`RLBuildReport` (reason -> count, with
 examples): missing, empty or non-string question, missing/empty/unusable answer, ground truth the scorer rejects,
 over-long question, and repeated questions (the first is kept; repeats with a different answer are flagged).
@@ -269,6 +273,35 @@ def _tools_kwargs(tools: Sequence[str], data_source: str, item_id: str | None,
     return out
 
 
+def from_verl_row(item: Mapping[str, Any], q_key: str = "question", a_key: str = "answer",
+                  id_key: str | None = "id") -> Mapping[str, Any]:
+    """A row of an existing verl RL parquet as a question/answer item; any other item unchanged.
+
+    The original project's ``prepare_data.py`` (and afm's own output) keep the question in ``extra_info`` and the
+    prompt already built: ``{data_source, prompt, reward_model: {ground_truth: '{"target": [...], "question":
+    ...}'}, extra_info: {question, answer, index, tools_kwargs, ...}}``. The item gets ``q_key`` from
+    ``extra_info``, ``a_key`` from ``extra_info`` or else ``reward_model.ground_truth``, and ``id_key`` from
+    ``extra_info`` (``id``, else ``index``), so that the row is rebuilt with afm's prompt. Fields the item has at
+    its top level win.
+    """
+    info, reward = item.get("extra_info"), item.get("reward_model")
+    if q_key in item or not isinstance(info, Mapping) or not isinstance(reward, Mapping) or "prompt" not in item:
+        return item
+    flat = dict(item)
+    if info.get(q_key) is not None:
+        flat[q_key] = info[q_key]
+    if a_key not in flat:
+        if info.get(a_key) is not None:
+            flat[a_key] = info[a_key]
+        elif reward.get("ground_truth") is not None:
+            flat[a_key] = reward["ground_truth"]
+    if id_key and id_key not in flat:
+        given = info.get(id_key, info.get("index"))
+        if given is not None:
+            flat[id_key] = given
+    return flat
+
+
 def build_rl_rows(items: Iterable[Mapping[str, Any]], *, data_source: str, prompt_key: str, ability: str = "qa",
                   q_key: str = "question", a_key: str = "answer", id_key: str | None = "id",
                   tools: Sequence[str] | None = None, agent_name: str | None = "afm_agent", split: str = "train",
@@ -330,10 +363,13 @@ def build_rl_rows(items: Iterable[Mapping[str, Any]], *, data_source: str, promp
             report.drop("not_a_mapping", f"item {n}", None, f"got {type(item).__name__}")
             continue
         where = str(item.get(SOURCE_KEY) or f"item {n}")
+        item = from_verl_row(item, q_key, a_key, id_key)
         raw_id = _plain(item.get(id_key)) if id_key else None
         item_id = None if raw_id is None else str(raw_id)
         if q_key not in item or item[q_key] is None:
-            report.drop("missing_question", where, item_id, f"no {q_key!r}; keys: {sorted(map(str, item))[:8]}")
+            verl = f" (nor extra_info.{q_key} of this verl row)" if isinstance(item.get("extra_info"), Mapping) else ""
+            report.drop("missing_question", where, item_id,
+                        f"no {q_key!r}{verl}; keys: {sorted(map(str, item))[:8]}")
             continue
         question = item[q_key]
         if not isinstance(question, str):
