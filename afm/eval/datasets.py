@@ -90,6 +90,10 @@ class BenchmarkSpec:
     sampling: dict
     default_file: str | None  # relative to a data root, e.g. "web_agent/gaia_dev_103.json"
     loader: str  # a key of LOADERS
+    # How ``afm.eval.download`` turns the public release into this file: a key of its CONVERTERS (None: not
+    # downloadable, e.g. the demo sets, which are written instead). A key, as for the loader, so that this table
+    # does not import the download code.
+    converter: str | None = None
 
 
 # -- the paper's sampling settings (anchors §1.6; upstream fact sheet §6) ------------------------------------
@@ -129,31 +133,36 @@ _FAMILY = {  # prompt, tools, loader, sampling
 
 
 def _spec(name: str, family: str, data_source: str, default_file: str, *, like: str | None = None,
-          **sampling: Any) -> BenchmarkSpec:
+          converter: str | None = None, **sampling: Any) -> BenchmarkSpec:
     prompt, tools, loader, base = _FAMILY[like or family]
-    return BenchmarkSpec(name, family, data_source, prompt, tools, {**base, **sampling}, default_file, loader)
+    return BenchmarkSpec(name, family, data_source, prompt, tools, {**base, **sampling}, default_file, loader,
+                         converter)
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {s.name: s for s in (
-    _spec("nq", "mhqa", "nq", "mhqa_agent/nq_full.jsonl"),
-    _spec("triviaqa", "mhqa", "triviaqa", "mhqa_agent/triviaqa.jsonl"),
-    _spec("popqa", "mhqa", "popqa", "mhqa_agent/popqa.jsonl"),
-    _spec("hotpotqa", "mhqa", "hotpotqa", "mhqa_agent/hotpotqa.jsonl"),
-    _spec("2wikimultihopqa", "mhqa", "2wikimultihopqa", "mhqa_agent/2wikimultihopqa.jsonl"),
-    _spec("musique", "mhqa", "musique", "mhqa_agent/musique.jsonl"),
-    _spec("bamboogle", "mhqa", "bamboogle", "mhqa_agent/bamboogle.jsonl"),
-    _spec("gaia", "web", "gaia", "web_agent/gaia_dev_103.json"),
-    _spec("browsecomp", "web", "browsecomp", "web_agent/browsecomp.json"),
-    _spec("hle", "web", "hle", "web_agent/hle_test.json"),
-    _spec("webwalker", "web", "webwalker", "web_agent/webwalker_main.json"),
-    _spec("aime24", "math", "aime24", "code_agent/aime24.parquet"),
-    _spec("aime25", "math", "aime25", "code_agent/aime25.parquet"),
-    _spec("math500", "math", "MATH500", "code_agent/math500.parquet", n=1),
-    _spec("amc23", "math", "amc23", "code_agent/amc23.parquet"),
-    _spec("olympiadbench", "math", "OlympiadBench", "code_agent/OlympiadBench.parquet", n=1),
-    _spec("livecodebench_v4", "code", "livecodebench_v4", "code_agent/livecodebench_v4.parquet"),
-    _spec("livecodebench_v5", "code", "livecodebench_v5", "code_agent/livecodebench_v5.parquet"),
-    _spec("codecontests", "code", "codecontests", "code_agent/codecontest.parquet"),
+    _spec("nq", "mhqa", "nq", "mhqa_agent/nq_full.jsonl", converter="mhqa"),
+    _spec("triviaqa", "mhqa", "triviaqa", "mhqa_agent/triviaqa.jsonl", converter="mhqa"),
+    _spec("popqa", "mhqa", "popqa", "mhqa_agent/popqa.jsonl", converter="mhqa"),
+    _spec("hotpotqa", "mhqa", "hotpotqa", "mhqa_agent/hotpotqa.jsonl", converter="mhqa"),
+    _spec("2wikimultihopqa", "mhqa", "2wikimultihopqa", "mhqa_agent/2wikimultihopqa.jsonl",
+          converter="mhqa"),
+    _spec("musique", "mhqa", "musique", "mhqa_agent/musique.jsonl", converter="mhqa"),
+    _spec("bamboogle", "mhqa", "bamboogle", "mhqa_agent/bamboogle.jsonl", converter="mhqa"),
+    _spec("gaia", "web", "gaia", "web_agent/gaia_dev_103.json", converter="gaia"),
+    _spec("browsecomp", "web", "browsecomp", "web_agent/browsecomp.json", converter="browsecomp"),
+    _spec("hle", "web", "hle", "web_agent/hle_test.json", converter="hle"),
+    _spec("webwalker", "web", "webwalker", "web_agent/webwalker_main.json", converter="webwalker"),
+    _spec("aime24", "math", "aime24", "code_agent/aime24.parquet", converter="math"),
+    _spec("aime25", "math", "aime25", "code_agent/aime25.parquet", converter="math"),
+    _spec("math500", "math", "MATH500", "code_agent/math500.parquet", converter="math", n=1),
+    _spec("amc23", "math", "amc23", "code_agent/amc23.parquet", converter="math"),
+    _spec("olympiadbench", "math", "OlympiadBench", "code_agent/OlympiadBench.parquet", converter="math",
+          n=1),
+    _spec("livecodebench_v4", "code", "livecodebench_v4", "code_agent/livecodebench_v4.parquet",
+          converter="livecodebench"),
+    _spec("livecodebench_v5", "code", "livecodebench_v5", "code_agent/livecodebench_v5.parquet",
+          converter="livecodebench"),
+    _spec("codecontests", "code", "codecontests", "code_agent/codecontest.parquet", converter="codecontests"),
     _spec("demo_mhqa", "demo", "hotpotqa", "demo/demo_mhqa.jsonl", like="mhqa", **DEMO_SAMPLING),
     _spec("demo_web", "demo", "search", "demo/demo_web.json", like="web", **DEMO_SAMPLING),
     _spec("demo_math", "demo", "MATH500", "demo/demo_math.jsonl", like="math", **DEMO_SAMPLING),
@@ -609,8 +618,9 @@ def load_benchmark(name: str, path: str | Path | None = None, *, data_root: str 
 
 
 def describe_benchmarks() -> list[dict[str, Any]]:
-    """One row per benchmark: name, family, data_source, prompt, tools, sampling, default_file, loader."""
+    """One row per benchmark: name, family, data_source, prompt, tools, sampling, default_file, loader,
+    converter."""
     return [{"name": s.name, "family": s.family, "data_source": s.data_source, "prompt": s.prompt,
              "tools": list(s.tools), "sampling": dict(s.sampling), "default_file": s.default_file,
-             "loader": s.loader}
+             "loader": s.loader, "converter": s.converter}
             for s in BENCHMARKS.values()]
