@@ -388,7 +388,14 @@ def test_download_browsecomp_from_a_local_csv_while_offline(tmp_path, monkeypatc
 def test_the_download_converter_is_named_by_the_spec(tmp_path):
     import dataclasses
 
-    from afm.eval.download import HF_SOURCES, LCB_WINDOWS, DownloadError, convert_rows, converter_of, write_benchmark
+    from afm.eval.download import (
+        HF_SOURCES,
+        LCB_WINDOWS,
+        DownloadError,
+        convert_rows,
+        converter_of,
+        write_benchmark,
+    )
 
     for spec in BENCHMARKS.values():
         if spec.family == "demo":

@@ -38,7 +38,6 @@ empty file, invalid JSON (with the line), duplicate ids.
 from __future__ import annotations
 
 import base64
-import difflib
 import hashlib
 import json
 import logging
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from afm.eval.records import FORMATS, read_records
+from afm.names import canonical, close_names
 
 logger = logging.getLogger(__name__)
 
@@ -186,21 +186,29 @@ class UnknownBenchmarkError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def _key(name: str) -> str:
-    return str(name).strip().lower().replace("-", "_")
+def _lookup_table() -> dict[str, str]:
+    """canonical spelling -> benchmark name, for the names and the aliases; two entries may not share one."""
+    table: dict[str, str] = {}
+    for spelling, target in [*((n, n) for n in BENCHMARKS), *_ALIASES.items()]:
+        key = canonical(spelling)
+        if table.setdefault(key, target) != target:
+            raise ValueError(f"benchmark names {spelling!r} and {table[key]!r} are the same name to afm.names")
+    return table
+
+
+_BY_KEY = _lookup_table()
 
 
 def get_benchmark(name: str) -> BenchmarkSpec:
-    """The spec of benchmark ``name`` (any case; aliases such as ``lcb_v5`` or the original's file stems such as
-    ``hle_test``); :class:`UnknownBenchmarkError` (a KeyError) suggesting close names otherwise."""
-    key = _key(name)
-    key = _ALIASES.get(key, key)
-    if key not in BENCHMARKS:
-        close = difflib.get_close_matches(key, [*BENCHMARKS, *_ALIASES], n=4, cutoff=0.6)
-        hint = " or ".join(dict.fromkeys(_ALIASES.get(n, n) for n in close))
+    """The spec of benchmark ``name`` (spelt any way :func:`afm.names.canonical` equates, e.g. ``LCB-v5``; aliases
+    such as ``lcb_v5`` or the original's file stems such as ``hle_test``); :class:`UnknownBenchmarkError` (a
+    KeyError) suggesting close names otherwise."""
+    target = _BY_KEY.get(canonical(name))
+    if target is None:
+        hint = " or ".join(dict.fromkeys(_ALIASES.get(n, n) for n in close_names(name, [*BENCHMARKS, *_ALIASES], 4)))
         raise UnknownBenchmarkError(f"unknown benchmark {name!r}" + (f" (did you mean {hint}?)" if hint else "")
                                     + f"; known: {', '.join(BENCHMARKS)}")
-    return BENCHMARKS[key]
+    return BENCHMARKS[target]
 
 
 def list_benchmarks(family: str | None = None) -> list[str]:
