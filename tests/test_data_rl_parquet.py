@@ -365,3 +365,42 @@ def test_verl_rows_without_extra_info_answer_use_the_ground_truth():
     assert report.kept == 1 and report.dropped == {"missing_question": 1}
     assert json.loads(rows[0]["reward_model"]["ground_truth"])["target"] == ["Paris"]
     assert "extra_info.question" in report.examples["missing_question"][0]["detail"]
+
+
+def test_every_drop_reason_with_its_report_entry():
+    # One item per reason (in the order the checks run), and the exact report entry each produces.
+    items = [
+        "not a mapping",
+        {"id": "m", "answer": "a"},
+        {"id": "n", "question": 7, "answer": "a"},
+        {"id": "e", "question": "  ", "answer": "a"},
+        {"id": "l", "question": "x" * 50_001, "answer": "a"},
+        {"id": "ma", "question": "no answer?"},
+        {"id": "ea", "question": "empty answer?", "answer": []},
+        {"id": "ba", "question": "bool answer?", "answer": True},
+        {"id": "bg", "question": "tests for a qa source?", "answer": {"inputs": ["1"], "outputs": ["1"]}},
+        {"id": "ok", "question": "Kept?", "answer": "yes"},
+        {"id": "dq", "question": "  kept? ", "answer": "no"},
+        {"id": "ok", "question": "Kept too?", "answer": "yes"},
+    ]
+    rows, report = build_rl_rows(items, data_source="nq", prompt_key="mhqa")
+    assert [r["extra_info"]["id"] for r in rows] == ["ok", "ok"]
+    assert (report.total, report.kept, report.duplicate_ids, report.conflicting_duplicates) == (12, 2, 1, 1)
+    assert report.examples == {
+        "not_a_mapping": [{"where": "item 1", "id": None, "detail": "got str"}],
+        "missing_question": [{"where": "item 2", "id": "m", "detail": "no 'question'; keys: ['answer', 'id']"}],
+        "non_string_question": [{"where": "item 3", "id": "n", "detail": "'question' is a int"}],
+        "empty_question": [{"where": "item 4", "id": "e", "detail": ""}],
+        "question_too_long": [{"where": "item 5", "id": "l", "detail": "50001 characters"}],
+        "missing_answer": [{"where": "item 6", "id": "ma", "detail": "no 'answer'; keys: ['id', 'question']"}],
+        "empty_answer": [{"where": "item 7", "id": "ea", "detail": "answer is an empty list"}],
+        "bad_answer": [{"where": "item 8", "id": "ba", "detail": "answer is a bool (True)"}],
+        "bad_ground_truth": [{"where": "item 9", "id": "bg", "detail": report.examples["bad_ground_truth"][0]["detail"]}],
+        "duplicate_question": [{"where": "item 11", "id": "dq", "detail": "kept?"}],
+    }
+    assert report.examples["bad_ground_truth"][0]["detail"]
+    bad_extra, extra_report = build_rl_rows([{"id": "x", "question": "q?", "answer": {"functional": "assert 1"},
+                                              "stdin": "yes", "_afm_source": "f.jsonl:3"}],
+                                            data_source="livecodebench", prompt_key="code_agent")
+    assert bad_extra == [] and extra_report.examples["bad_prompt_extra"][0]["where"] == "f.jsonl:3"
+    assert extra_report.examples["bad_prompt_extra"][0]["id"] == "x"
