@@ -210,3 +210,30 @@ def test_afm_layout_wins_over_the_original_one(tmp_path):
     ours = root / "web_agent" / "hle_test.json"
     ours.write_text((root / "web_agent" / "test_benchmarks" / "hle_test.json").read_text())
     assert resolve_data_file("hle", data_root=root) == ours
+
+
+# (argv after `afm`, the start of the one line it must print); run where only q.jsonl (a good question file) exists
+MISTAKES = [
+    (["infer", "--input", "nope.jsonl", "--output", "out.jsonl", "--model", "m", "--tokenizer", "t"],
+     "afm infer: input file not found: nope.jsonl"),
+    (["infer", "--input", "q.jsonl", "--output", "out.jsonl", "--model", "m", "--tokenizer", "t", "--prompt",
+      "web_agnt"], "afm infer: unknown prompt 'web_agnt' (did you mean web_agent"),
+    (["infer", "--input", "q.jsonl", "--output", "out.jsonl", "--model", "m", "--tokenizer", "no-such-tokenizer"],
+     "afm infer: cannot load the tokenizer (--tokenizer, default --model) 'no-such-tokenizer': "),
+    (["eval", "run", "--benchmarks", "demo_math", "--run-dir", "out", "--model", "m", "--tokenizer",
+      "no-such-tokenizer"], "afm eval run: cannot load the tokenizer"),
+    (["eval", "report", "out"], "afm eval report: out/results.jsonl: no results file"),
+    (["sandbox", "run", "nope.py"], "afm sandbox run: FILE nope.py: no such file"),
+]
+
+
+@pytest.mark.parametrize(("argv", "line"), MISTAKES, ids=["infer-no-input", "infer-prompt", "infer-tokenizer",
+                                                          "eval-run-tokenizer", "eval-report-no-run", "sandbox-no-file"])
+def test_a_mistake_is_one_line_and_writes_nothing(argv, line, tmp_path):
+    work = tmp_path / "cwd"
+    work.mkdir()
+    (work / "q.jsonl").write_text('{"question": "2+2?"}\n')
+    proc = _python([*AFM, *argv], work, _env(tmp_path))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith(line) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+    assert sorted(p.name for p in work.iterdir()) == ["q.jsonl"]  # no output file, run or report folder

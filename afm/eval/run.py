@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from afm.agent.backend import SamplingParams
-from afm.agent.infer import build_backend, build_tools
+from afm.agent.infer import BackendLoadError, build_backend, build_tools
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
 from afm.agent.runner import JsonlStore, RolloutTask, run_tasks
 
@@ -90,8 +90,12 @@ async def evaluate(args: argparse.Namespace,
     config = {"model": args.model, "backend": args.backend, "base_url": args.base_url if args.backend == "openai"
               else None, "prompt_style": args.prompt_style, "benchmarks": names, "seed": args.seed,
               "settings": settings, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv[1:]}
-    _check_config(run_dir, config, args.force)
-    backend, tok = build_backend(args)
+    backend, tok = build_backend(args)  # before the run folder is written: a wrong tokenizer name leaves none
+    try:
+        _check_config(run_dir, config, args.force)
+    except BaseException:
+        await backend.aclose()
+        raise
     all_tools = sorted({t for b in names for t in specs[b].tools})
     tools = build_tools(tuple(all_tools), args.tools_config)
     agents: dict[str, tuple[AgentConfig, ToolRunner, Any]] = {}
@@ -184,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyError, FileNotFoundError, ValueError) as exc:
         print(f"afm eval run: {exc}", file=sys.stderr)
         return 2
-    counts = asyncio.run(evaluate(args, inputs))
+    try:
+        counts = asyncio.run(evaluate(args, inputs))
+    except BackendLoadError as exc:  # a wrong model or tokenizer name
+        print(f"afm eval run: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"run": counts}))
     if not args.no_report:
         from afm.eval.report import write_report
