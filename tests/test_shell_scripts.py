@@ -67,6 +67,7 @@ def test_every_help_prints_help_and_exits_0(script, flag, tmp_path):
     assert proc.returncode == 0, proc.stderr
     pointer = script.startswith("sft_scripts/sft_qwen2.5_")  # moved: says which per-agent script to use
     assert len(proc.stdout.splitlines()) >= (2 if pointer else 3)
+    assert script in proc.stdout  # the usage: how to run it (`bash <script> ...`)
     # they print, start or stop nothing else
     no_dry_run = ("scripts/install.sh", "experiments/ray_cluster.sh", "scripts/test.sh", "scripts/quickstart.sh",
                   "server/start_servers.sh")
