@@ -130,6 +130,11 @@ export NSJAIL_PATH="${NSJAIL_PATH:-}"
 # Python run inside the jail; empty = the system python3.X matching afm's, or afm's own if it is world-readable.
 export AFM_SANDBOX_PYTHON="${AFM_SANDBOX_PYTHON:-}"
 
+# ---- LiveCodeBench private tests (code rewards; `python -m afm.eval.lcb_testcases` writes the folder) ---------------
+# Empty = LiveCodeBench answers are graded on the few public tests in each row only. The original project's name,
+# LIVECODEBENCH_DATA_PATH, is read too when this one is empty.
+export LIVECODEBENCH_TESTCASES_DIR="${LIVECODEBENCH_TESTCASES_DIR:-${LIVECODEBENCH_DATA_PATH:-}}"
+
 # ---- RL on verl (experiments/train_dapo_*.sh; knobs per run: `bash experiments/train_dapo_web_agent.sh --help`) ----
 # On a multi-node cluster, source this file on every node before `ray start` (experiments/ray_cluster.sh does):
 # Ray workers inherit the environment, which is how the judge keys and tool server addresses reach rollout and

@@ -65,7 +65,13 @@ def _eval(argv: list[str]) -> int:
         from afm.eval.report import main as report_main
 
         return report_main(argv[1:])
-    print("usage: afm eval run ... | afm eval report RUN_DIR [OTHER_RUN] (add -h for the flags)", file=sys.stderr)
+    usage = ("usage: afm eval {run,report} ...\n\n"
+             "  afm eval run --benchmarks NAMES --run-dir DIR --model M ...   evaluate (afm eval run -h)\n"
+             "  afm eval report RUN_DIR [OTHER_RUN]                           write the report (afm eval report -h)")
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    print(usage if not argv else f"afm eval: unknown command {argv[0]!r}\n{usage}", file=sys.stderr)
     return 2
 
 

@@ -147,6 +147,20 @@ def _stop_ray(python: Path) -> None:
         subprocess.run([str(ray), "stop", "--force"], capture_output=True, timeout=120, check=False)
 
 
-if __name__ == "__main__":  # pragma: no cover - manual use: python -m afm.quickstart_rl MODEL PARQUET WORK
-    print(run_dapo(sys.argv[1], sys.argv[2], {"tools": [{"name": "code", "config": {"mode": "pool"}}]},
-                   sys.argv[3], steps=int(sys.argv[4]) if len(sys.argv) > 4 else 4))
+def main(argv: list[str] | None = None) -> int:
+    """A few DAPO steps of the miniature recipe with the code tool (manual use); prints the run."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m afm.quickstart_rl", description=main.__doc__)
+    p.add_argument("model", help="policy to start from (a Hugging Face folder)")
+    p.add_argument("train_files", help="verl RL parquet (afm data rl)")
+    p.add_argument("workdir", help="folder for the tools yaml, the log and the checkpoints")
+    p.add_argument("--steps", type=int, default=4, help="training steps (default: 4)")
+    args = p.parse_args(argv)
+    print(run_dapo(args.model, args.train_files, {"tools": [{"name": "code", "config": {"mode": "pool"}}]},
+                   args.workdir, steps=args.steps))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    sys.exit(main())

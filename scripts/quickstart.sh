@@ -4,6 +4,12 @@
 # LLaMA-Factory runs), print the loss curves.
 #   bash scripts/quickstart.sh [--workdir runs/quickstart]
 set -euo pipefail
+# --help prints this text without installing anything.
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  echo "  Flags go to 'afm quickstart' (its --help lists them, with their defaults)."
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 if [[ "${AFM_VENV:-.venv}" == "none" ]]; then AFM=afm; else AFM="${AFM_VENV:-.venv}/bin/afm"; fi

@@ -6,6 +6,11 @@
 #   AFM_SKIP_RL=1 bash scripts/test.sh ...     # only the first environment
 #   AFM_ONLY_RL=1 bash scripts/test.sh ...     # only the verl tests
 set -euo pipefail
+# --help prints this text and installs nothing (pytest's own help: .venv/bin/python -m pytest --help).
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"

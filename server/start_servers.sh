@@ -265,6 +265,11 @@ status_one() {
 
 main() {
   local cmd="${1:-}"
+  # Help first: it must not create the run folder or look at the names.
+  if [[ "$cmd" == -h || "$cmd" == --help || "$cmd" == help ]]; then
+    usage
+    return 0
+  fi
   [[ $# -gt 0 ]] && shift
   local names=("$@")
   [[ ${#names[@]} -eq 0 ]] && names=("${ALL_NAMES[@]}")
@@ -292,7 +297,6 @@ main() {
       for n in "${names[@]}"; do stop_one "$n" || true; done
       bash "${BASH_SOURCE[0]}" start "${names[@]}" || rc=1
       ;;
-    -h | --help | help) usage ;;
     *)
       usage >&2
       exit 2

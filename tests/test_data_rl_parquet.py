@@ -323,3 +323,84 @@ def test_module_does_not_import_verl():
     code = "import sys, afm.data.rl_parquet; print('verl' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() \
         == "False"
+
+
+def _original_prepare_data_row(question: str, answer: list[str], data_source: str, uid: str) -> dict:
+    """A row in the layout of the original project's AFM/data/prepare_data.py (--tool-type single): the prompt is
+    built already, the question and answer live in extra_info, the ground truth is a {"target", "question"} JSON
+    string, and the index is '<data_source>-<uuid4>'."""
+    kwargs = {"create_kwargs": {"ground_truth": answer, "question": question, "data_source": data_source}}
+    return {"data_source": data_source,
+            "prompt": [{"role": "user", "content": "You are a helpful assistant.\n\nQuestion: " + question}],
+            "reward_model": {"ground_truth": json.dumps({"target": answer, "question": question})},
+            "extra_info": {"need_tools_kwargs": True, "index": f"{data_source}-{uid}",
+                           "tools_kwargs": {"wiki_search": kwargs}, "question": question, "answer": answer}}
+
+
+def test_cli_reads_the_original_prepare_data_parquet(tmp_path, capsys):
+    rows = [_original_prepare_data_row("who wrote hamlet?", ["Shakespeare", "William Shakespeare"], "nq",
+                                       "0b1e6f4c-1"),
+            _original_prepare_data_row("capital of france?", ["Paris"], "nq", "0b1e6f4c-2")]
+    src = tmp_path / "nq_random_300.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    out = tmp_path / "rl" / "nq.parquet"
+    rc = data_main(["rl", "--input", str(src), "--data-source", "nq", "--prompt-key", "mhqa", "--output", str(out)])
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err + printed.out
+    assert "kept 2, dropped 0" in printed.out
+    got = pq.read_table(out).to_pylist()
+    assert [r["extra_info"]["question"] for r in got] == ["who wrote hamlet?", "capital of france?"]
+    assert json.loads(got[0]["reward_model"]["ground_truth"]) == ["Shakespeare", "William Shakespeare"]
+    assert got[1]["reward_model"]["ground_truth"] == '["Paris"]'
+    assert [r["extra_info"]["id"] for r in got] == ["nq-0b1e6f4c-1", "nq-0b1e6f4c-2"]
+    # rebuilt with afm's prompt: the original's system prompt is not carried over
+    assert got[0]["prompt"] == build_messages(get_prompt("mhqa"), "who wrote hamlet?")
+    assert "You are a helpful assistant" not in json.dumps(got[0]["prompt"])
+
+
+def test_verl_rows_without_extra_info_answer_use_the_ground_truth():
+    row = _original_prepare_data_row("capital of france?", ["Paris"], "nq", "u")
+    del row["extra_info"]["answer"]
+    rows, report = build_rl_rows([row, {**row, "extra_info": {"index": "x"}}], data_source="nq", prompt_key="mhqa")
+    assert report.kept == 1 and report.dropped == {"missing_question": 1}
+    assert json.loads(rows[0]["reward_model"]["ground_truth"])["target"] == ["Paris"]
+    assert "extra_info.question" in report.examples["missing_question"][0]["detail"]
+
+
+def test_every_drop_reason_with_its_report_entry():
+    # One item per reason (in the order the checks run), and the exact report entry each produces.
+    items = [
+        "not a mapping",
+        {"id": "m", "answer": "a"},
+        {"id": "n", "question": 7, "answer": "a"},
+        {"id": "e", "question": "  ", "answer": "a"},
+        {"id": "l", "question": "x" * 50_001, "answer": "a"},
+        {"id": "ma", "question": "no answer?"},
+        {"id": "ea", "question": "empty answer?", "answer": []},
+        {"id": "ba", "question": "bool answer?", "answer": True},
+        {"id": "bg", "question": "tests for a qa source?", "answer": {"inputs": ["1"], "outputs": ["1"]}},
+        {"id": "ok", "question": "Kept?", "answer": "yes"},
+        {"id": "dq", "question": "  kept? ", "answer": "no"},
+        {"id": "ok", "question": "Kept too?", "answer": "yes"},
+    ]
+    rows, report = build_rl_rows(items, data_source="nq", prompt_key="mhqa")
+    assert [r["extra_info"]["id"] for r in rows] == ["ok", "ok"]
+    assert (report.total, report.kept, report.duplicate_ids, report.conflicting_duplicates) == (12, 2, 1, 1)
+    assert report.examples == {
+        "not_a_mapping": [{"where": "item 1", "id": None, "detail": "got str"}],
+        "missing_question": [{"where": "item 2", "id": "m", "detail": "no 'question'; keys: ['answer', 'id']"}],
+        "non_string_question": [{"where": "item 3", "id": "n", "detail": "'question' is a int"}],
+        "empty_question": [{"where": "item 4", "id": "e", "detail": ""}],
+        "question_too_long": [{"where": "item 5", "id": "l", "detail": "50001 characters"}],
+        "missing_answer": [{"where": "item 6", "id": "ma", "detail": "no 'answer'; keys: ['id', 'question']"}],
+        "empty_answer": [{"where": "item 7", "id": "ea", "detail": "answer is an empty list"}],
+        "bad_answer": [{"where": "item 8", "id": "ba", "detail": "answer is a bool (True)"}],
+        "bad_ground_truth": [{"where": "item 9", "id": "bg", "detail": report.examples["bad_ground_truth"][0]["detail"]}],
+        "duplicate_question": [{"where": "item 11", "id": "dq", "detail": "kept?"}],
+    }
+    assert report.examples["bad_ground_truth"][0]["detail"]
+    bad_extra, extra_report = build_rl_rows([{"id": "x", "question": "q?", "answer": {"functional": "assert 1"},
+                                              "stdin": "yes", "_afm_source": "f.jsonl:3"}],
+                                            data_source="livecodebench", prompt_key="code_agent")
+    assert bad_extra == [] and extra_report.examples["bad_prompt_extra"][0]["where"] == "f.jsonl:3"
+    assert extra_report.examples["bad_prompt_extra"][0]["id"] == "x"

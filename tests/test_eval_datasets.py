@@ -51,7 +51,8 @@ def encrypt(text: str, password: str) -> str:
 
 # -- the benchmark table -------------------------------------------------------------------------------------
 def test_every_benchmark_is_known_to_rewards_and_prompts():
-    assert set(BENCHMARKS) == PAPER_SETS
+    # the paper's sets and the demo world's held-out sets (afm.demo.world, prompt named as module:attribute)
+    assert set(BENCHMARKS) == PAPER_SETS | {f"world_{f}" for f in ("arith", "lookup", "multihop", "calc")}
     sources = {canonical(s) for s in known_data_sources(aliases=True)}
     prompts = set(list_prompts())
     for name, spec in BENCHMARKS.items():
@@ -384,3 +385,32 @@ def test_download_browsecomp_from_a_local_csv_while_offline(tmp_path, monkeypatc
     path = download("browsecomp", tmp_path / "root", source=str(csv_path))
     assert read_records(path) == [{"question": "Name the ship.", "answer": "Grey Heron", "topic": "Sports"}]
     assert browsecomp_decrypt(encrypt("é ok", "k"), "k") == "é ok"
+
+
+def test_the_download_converter_is_named_by_the_spec(tmp_path):
+    import dataclasses
+
+    from afm.eval.download import (
+        HF_SOURCES,
+        LCB_WINDOWS,
+        DownloadError,
+        convert_rows,
+        converter_of,
+        write_benchmark,
+    )
+
+    for spec in BENCHMARKS.values():
+        if spec.family == "demo":
+            assert spec.converter is None, spec.name  # written by afm.eval.demo_sets, not downloaded
+            continue
+        fetch = converter_of(spec).fetch
+        assert {"hf": spec.name in HF_SOURCES, "lcb": spec.name in LCB_WINDOWS, "csv": True}[fetch], spec.name
+    # A benchmark added to the table in an existing layout downloads without a change to afm.eval.download.
+    aime26 = dataclasses.replace(get_benchmark("aime24"), name="aime26", default_file="code_agent/aime26.parquet")
+    path = write_benchmark(aime26, [{"problem": "What is 1+1?", "answer": "2", "url": "u", "votes": 3}], tmp_path)
+    assert path == tmp_path / "code_agent" / "aime26.parquet"
+    assert read_records(path) == [{"problem": "What is 1+1?", "answer": "2", "url": "u"}]
+    with pytest.raises(DownloadError, match="'demo_math' has no converter"):
+        convert_rows("demo_math", [])
+    with pytest.raises(DownloadError, match="'nope' is not one of mhqa, gaia"):
+        convert_rows(dataclasses.replace(aime26, converter="nope"), [])

@@ -34,12 +34,12 @@ def test_shellcheck():
 # ---- --help, DRY_RUN, relative paths and the tokenizer rule of the user-facing scripts ---------------------------
 
 BASH = shutil.which("bash") or "/bin/bash"
-# The scripts users run (a shebang; sourced libraries have none). test.sh and quickstart.sh pass their arguments on
-# to pytest / `afm quickstart` after installing, so they are not in this list.
+# The scripts users run (a shebang; sourced libraries have none).
 HELP_SCRIPTS = sorted(
     p.relative_to(REPO).as_posix() for p in SCRIPTS
-    if p.relative_to(REPO).parts[0] in ("sft_scripts", "experiments", "inference", "evaluation", "data", "scripts")
-    and p.read_text().startswith("#!") and p.name not in ("test.sh", "quickstart.sh")
+    if p.relative_to(REPO).parts[0] in ("sft_scripts", "experiments", "inference", "evaluation", "data", "scripts",
+                                        "server")
+    and p.read_text().startswith("#!")
 )
 
 
@@ -53,17 +53,24 @@ def _run(script: str, *args: str, cwd: Path | None = None, **env: str) -> subpro
 def test_help_scripts_found():
     assert {"scripts/install.sh", "inference/inference.sh", "evaluation/eval_web_agent.sh", "data/prepare_rl.sh",
             "evaluation/serve_model.sh", "experiments/train_ppo_mhqa_agent.sh", "experiments/ray_cluster.sh",
-            "sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh"} <= set(HELP_SCRIPTS)
+            "sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh", "scripts/test.sh", "scripts/quickstart.sh",
+            "server/start_servers.sh"} <= set(HELP_SCRIPTS)
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
 @pytest.mark.parametrize("script", HELP_SCRIPTS)
-def test_every_help_prints_help_and_exits_0(script, tmp_path):
-    # No knob set, so a script that ignored --help would fail (missing INPUT/MODEL) or start a job (install.sh).
-    proc = _run(script, "--help", cwd=tmp_path, AFM_VENV=str(tmp_path / "must-not-be-created"))
+def test_every_help_prints_help_and_exits_0(script, flag, tmp_path):
+    # No knob set, so a script that ignored --help would fail (missing INPUT/MODEL) or start a job (install.sh,
+    # and test.sh / quickstart.sh, which install before they run).
+    proc = _run(script, flag, cwd=tmp_path, AFM_VENV=str(tmp_path / "must-not-be-created"),
+                AFM_RUN_DIR=str(tmp_path / "must-not-be-created"))
     assert proc.returncode == 0, proc.stderr
     pointer = script.startswith("sft_scripts/sft_qwen2.5_")  # moved: says which per-agent script to use
     assert len(proc.stdout.splitlines()) >= (2 if pointer else 3)
-    no_dry_run = ("scripts/install.sh", "experiments/ray_cluster.sh")  # they print, start or stop nothing else
+    assert script in proc.stdout  # the usage: how to run it (`bash <script> ...`)
+    # they print, start or stop nothing else
+    no_dry_run = ("scripts/install.sh", "experiments/ray_cluster.sh", "scripts/test.sh", "scripts/quickstart.sh",
+                  "server/start_servers.sh")
     assert "DRY_RUN" in proc.stdout or script in no_dry_run or pointer
     assert not (tmp_path / "must-not-be-created").exists() and list(tmp_path.iterdir()) == []
 

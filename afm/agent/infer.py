@@ -38,15 +38,29 @@ def read_questions(path: str | Path, q_key: str = "question", id_key: str | None
     return out
 
 
+class BackendLoadError(ValueError):
+    """The model or tokenizer named on the command line could not be loaded (a wrong path or hub name, or a hub
+    name while offline): the user's to fix, so the CLIs print it as one line."""
+
+
 def build_backend(args: argparse.Namespace) -> tuple[ModelBackend, TokenizerAdapter]:
-    if args.backend == "hf":
-        from afm.agent.hf_backend import HFBackend
+    """The model backend of ``--backend`` and its tokenizer; :class:`BackendLoadError` when they cannot be loaded."""
+    hf = args.backend == "hf"
+    name = args.model if hf else args.tokenizer or args.model
+    try:
+        if hf:
+            from afm.agent.hf_backend import HFBackend
 
-        hf = HFBackend.from_pretrained(args.model, max_batch=args.batch_size, seed=args.seed or 0)
-        return hf, hf.tok
-    from afm.agent.openai_backend import OpenAIBackend
+            backend = HFBackend.from_pretrained(args.model, max_batch=args.batch_size, seed=args.seed or 0)
+            return backend, backend.tok
+        from afm.agent.openai_backend import OpenAIBackend
 
-    tok = TokenizerAdapter.from_pretrained(args.tokenizer or args.model)
+        tok = TokenizerAdapter.from_pretrained(name)
+    except OSError as exc:  # transformers' error for a missing folder, an unknown hub id, or no network
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        what = "model" if hf else "tokenizer (--tokenizer, default --model)"
+        raise BackendLoadError(f"cannot load the {what} {name!r}: {reason} Give a local model folder, or a hub "
+                               "name with network access.") from exc
     return OpenAIBackend(args.base_url, args.model, tok, api_key=args.api_key, concurrency=args.concurrency,
                          timeout_s=args.request_timeout), tok
 
@@ -59,10 +73,21 @@ def build_tools(names: tuple[str, ...], config_path: str | None) -> dict[str, To
     return {n: tools[n] for n in names}
 
 
+class InputError(ValueError):
+    """A bad question file or prompt key, found before anything runs."""
+
+
 async def infer(args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``args.n`` trajectories per question of ``args.input`` into ``args.output`` (resumable)."""
     from afm.prompts import build_messages, get_prompt
 
-    prompt = get_prompt(args.prompt)
+    try:  # the user's inputs are checked before the model is loaded
+        prompt = get_prompt(args.prompt)
+        questions = read_questions(args.input, args.q_key, args.id_key)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0]) if exc.args else str(exc)) from None
+    except (ValueError, FileNotFoundError) as exc:
+        raise InputError(str(exc)) from None
     tool_names = tuple(args.tools.split(",")) if args.tools else tuple(prompt.tools)
     backend, tok = build_backend(args)
     tools = build_tools(tool_names, args.tools_config)
@@ -73,7 +98,7 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
                          max_model_len=args.max_model_len, tool_timeout_s=args.tool_timeout,
                          trajectory_timeout_s=args.trajectory_timeout)
     runner = ToolRunner(tools, config)
-    rows = {r["_id"]: r for r in read_questions(args.input, args.q_key, args.id_key)}
+    rows = {r["_id"]: r for r in questions}
     if args.limit:
         rows = dict(list(rows.items())[: args.limit])
     tasks = [RolloutTask(f"{qid}#{k}", str(row[args.q_key]), k) for qid, row in rows.items() for k in range(args.n)]
@@ -164,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="afm infer", description=__doc__.splitlines()[0])
     add_args(p)
     args = p.parse_args(argv)
-    summary = asyncio.run(infer(args))
+    try:  # a user's mistake (a bad question file or prompt key, a wrong model or tokenizer name) gets one line
+        summary = asyncio.run(infer(args))
+    except (InputError, BackendLoadError) as exc:
+        print(f"afm infer: {exc}", file=sys.stderr)
+        return 2
     print(format_summary(summary))
     print(json.dumps(summary["run"]))
     return 0 if not summary["run"]["failed"] else 1

@@ -22,6 +22,10 @@ reads every one of these forms, and each row is checked with it (for data source
 input ids are: the original's converter wrote an index that, when absent, defaulted to 0 and silently merged
 every prompt into one GRPO group. :func:`write_rl_parquet` refuses rows whose indices repeat.
 
+Rows of an existing verl RL parquet (the original project's ``prepare_data.py`` output: the question and answer in
+``extra_info``, the ground truth a ``{"target": [...]}`` JSON string) are read as items too (:func:`from_verl_row`)
+and rebuilt with afm's prompt, index and ground-truth encoding.
+
 Rows that cannot be trained on are dropped and counted in an :class:`RLBuildReport` (reason -> count, with
 examples): missing, empty or non-string question, missing/empty/unusable answer, ground truth the scorer rejects,
 over-long question, and repeated questions (the first is kept; repeats with a different answer are flagged).
@@ -269,6 +273,138 @@ def _tools_kwargs(tools: Sequence[str], data_source: str, item_id: str | None,
     return out
 
 
+def from_verl_row(item: Mapping[str, Any], q_key: str = "question", a_key: str = "answer",
+                  id_key: str | None = "id") -> Mapping[str, Any]:
+    """A row of an existing verl RL parquet as a question/answer item; any other item unchanged.
+
+    The original project's ``prepare_data.py`` (and afm's own output) keep the question in ``extra_info`` and the
+    prompt already built: ``{data_source, prompt, reward_model: {ground_truth: '{"target": [...], "question":
+    ...}'}, extra_info: {question, answer, index, tools_kwargs, ...}}``. The item gets ``q_key`` from
+    ``extra_info``, ``a_key`` from ``extra_info`` or else ``reward_model.ground_truth``, and ``id_key`` from
+    ``extra_info`` (``id``, else ``index``), so that the row is rebuilt with afm's prompt. Fields the item has at
+    its top level win.
+    """
+    info, reward = item.get("extra_info"), item.get("reward_model")
+    if q_key in item or not isinstance(info, Mapping) or not isinstance(reward, Mapping) or "prompt" not in item:
+        return item
+    flat = dict(item)
+    if info.get(q_key) is not None:
+        flat[q_key] = info[q_key]
+    if a_key not in flat:
+        if info.get(a_key) is not None:
+            flat[a_key] = info[a_key]
+        elif reward.get("ground_truth") is not None:
+            flat[a_key] = reward["ground_truth"]
+    if id_key and id_key not in flat:
+        given = info.get(id_key, info.get("index"))
+        if given is not None:
+            flat[id_key] = given
+    return flat
+
+
+class _Drop(Exception):
+    """An item that cannot be trained on: its reason (a key of :data:`DROP_REASONS`) and a detail for the
+    report."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def _keys(item: Mapping[str, Any]) -> list[str]:
+    return sorted(map(str, item))[:8]
+
+
+# ---- the checks an item goes through, in order; each returns what it checked or raises _Drop ---------------------
+
+def _question(item: Mapping[str, Any], q_key: str) -> str:
+    """The question, stripped: present, a string, not blank, not over :data:`MAX_QUESTION_CHARS`."""
+    if q_key not in item or item[q_key] is None:
+        verl = f" (nor extra_info.{q_key} of this verl row)" if isinstance(item.get("extra_info"), Mapping) else ""
+        raise _Drop("missing_question", f"no {q_key!r}{verl}; keys: {_keys(item)}")
+    question = item[q_key]
+    if not isinstance(question, str):
+        raise _Drop("non_string_question", f"{q_key!r} is a {type(question).__name__}")
+    question = question.strip()
+    if not question:
+        raise _Drop("empty_question")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise _Drop("question_too_long", f"{len(question)} characters")
+    return question
+
+
+def _ground_truth(item: Mapping[str, Any], a_key: str, data_source: str, kind: str | None) -> str:
+    """The encoded ground truth (:func:`encode_ground_truth`), accepted by the data source's scorer when it has
+    one."""
+    from afm.rewards.ground_truth import normalize_ground_truth
+
+    if a_key not in item:
+        raise _Drop("missing_answer", f"no {a_key!r}; keys: {_keys(item)}")
+    try:
+        ground_truth = encode_ground_truth(item[a_key])
+    except _BadAnswer as exc:
+        raise _Drop(exc.reason, str(exc)) from None
+    if kind is not None:
+        try:
+            normalize_ground_truth(ground_truth, data_source, kind)
+        except ValueError as exc:
+            raise _Drop("bad_ground_truth", str(exc)) from None
+    return ground_truth
+
+
+def _messages(item: Mapping[str, Any], prompt: Any, question: str) -> list[dict[str, str]]:
+    """The chat prompt, with the item's per-question options for the prompt (e.g. stdin / starter_code)."""
+    extra = {k: _plain(item[k]) for k in prompt.extra_keys if item.get(k) is not None}
+    try:
+        return build_messages(prompt, question, extra=extra)
+    except ValueError as exc:
+        raise _Drop("bad_prompt_extra", str(exc)) from None
+
+
+@dataclass
+class _Seen:
+    """Questions (normalised) and ids kept so far: a repeated question is dropped, a repeated id only counted."""
+
+    report: RLBuildReport
+    questions: dict[str, str] = field(default_factory=dict)  # normalised question -> its ground truth
+    ids: set[str] = field(default_factory=set)
+
+    def keep(self, question: str, ground_truth: str, item_id: str | None) -> None:
+        qnorm = _norm_question(question)
+        if qnorm in self.questions:
+            if self.questions[qnorm] != ground_truth:
+                self.report.conflicting_duplicates += 1
+            raise _Drop("duplicate_question", question[:80])
+        self.questions[qnorm] = ground_truth
+        if item_id is not None:
+            if item_id in self.ids:
+                self.report.duplicate_ids += 1
+            self.ids.add(item_id)
+
+
+def _check_arguments(data_source: str, prompt_key: str, tools: Sequence[str] | None,
+                     tools_kwargs: Mapping[str, Any] | None, agent_name: str | None) -> tuple[Any, list[str]]:
+    """``(prompt, tool names)`` of a build; ValueError for an empty data source, an unknown prompt or tool,
+    kwargs for a tool the rows do not have, or a blank agent name."""
+    if not isinstance(data_source, str) or not data_source.strip():
+        raise ValueError(f"data_source must be a non-empty string, got {data_source!r}")
+    try:
+        prompt = get_prompt(prompt_key)
+    except KeyError as exc:
+        raise ValueError(str(exc.args[0]) if exc.args else str(exc)) from None
+    tool_list = list(prompt.tools if tools is None else tools)
+    known_tools = dict.fromkeys([*TOOL_NAMES, *prompt.tools])
+    bad_tools = [t for t in tool_list if t not in known_tools]
+    if bad_tools:
+        raise ValueError(f"unknown tools {bad_tools}; known: {', '.join(known_tools)}")
+    unknown_kw = sorted(set(tools_kwargs or {}) - set(tool_list))
+    if unknown_kw:
+        raise ValueError(f"tools_kwargs names tools {unknown_kw} that are not among the row's tools {tool_list}")
+    if agent_name is not None and not str(agent_name).strip():
+        raise ValueError("agent_name must be a non-empty string or None")
+    return prompt, tool_list
+
+
 def build_rl_rows(items: Iterable[Mapping[str, Any]], *, data_source: str, prompt_key: str, ability: str = "qa",
                   q_key: str = "question", a_key: str = "answer", id_key: str | None = "id",
                   tools: Sequence[str] | None = None, agent_name: str | None = "afm_agent", split: str = "train",
@@ -294,23 +430,7 @@ def build_rl_rows(items: Iterable[Mapping[str, Any]], *, data_source: str, promp
     Raises ValueError for bad arguments (unknown prompt, tools, empty data_source); bad items never raise, they
     are dropped and reported.
     """
-    if not isinstance(data_source, str) or not data_source.strip():
-        raise ValueError(f"data_source must be a non-empty string, got {data_source!r}")
-    try:
-        prompt = get_prompt(prompt_key)
-    except KeyError as exc:
-        raise ValueError(str(exc.args[0]) if exc.args else str(exc)) from None
-    tool_list = list(prompt.tools if tools is None else tools)
-    known_tools = dict.fromkeys([*TOOL_NAMES, *prompt.tools])
-    bad_tools = [t for t in tool_list if t not in known_tools]
-    if bad_tools:
-        raise ValueError(f"unknown tools {bad_tools}; known: {', '.join(known_tools)}")
-    unknown_kw = sorted(set(tools_kwargs or {}) - set(tool_list))
-    if unknown_kw:
-        raise ValueError(f"tools_kwargs names tools {unknown_kw} that are not among the row's tools {tool_list}")
-    if agent_name is not None and not str(agent_name).strip():
-        raise ValueError("agent_name must be a non-empty string or None")
-
+    prompt, tool_list = _check_arguments(data_source, prompt_key, tools, tools_kwargs, agent_name)
     report = RLBuildReport(data_source=data_source, prompt_key=prompt_key, prompt_ref=prompt.ref, split=split)
     missing = [t for t in tool_list if t not in prompt.tools]
     if missing:
@@ -319,65 +439,26 @@ def build_rl_rows(items: Iterable[Mapping[str, Any]], *, data_source: str, promp
     if kind is None:
         report.warn(f"data_source {data_source!r} has no scorer in afm.rewards: afm's compute_score will raise "
                     "for these rows unless you register one (AFM_REWARD_REGISTRY) or use your own reward function")
-    from afm.rewards.ground_truth import normalize_ground_truth
 
     rows: list[dict[str, Any]] = []
-    seen_questions: dict[str, str] = {}
-    seen_ids: set[str] = set()
+    seen = _Seen(report)
     for n, item in enumerate(items, 1):
         report.total += 1
-        if not isinstance(item, Mapping):
-            report.drop("not_a_mapping", f"item {n}", None, f"got {type(item).__name__}")
-            continue
-        where = str(item.get(SOURCE_KEY) or f"item {n}")
-        raw_id = _plain(item.get(id_key)) if id_key else None
-        item_id = None if raw_id is None else str(raw_id)
-        if q_key not in item or item[q_key] is None:
-            report.drop("missing_question", where, item_id, f"no {q_key!r}; keys: {sorted(map(str, item))[:8]}")
-            continue
-        question = item[q_key]
-        if not isinstance(question, str):
-            report.drop("non_string_question", where, item_id, f"{q_key!r} is a {type(question).__name__}")
-            continue
-        question = question.strip()
-        if not question:
-            report.drop("empty_question", where, item_id)
-            continue
-        if len(question) > MAX_QUESTION_CHARS:
-            report.drop("question_too_long", where, item_id, f"{len(question)} characters")
-            continue
-        if a_key not in item:
-            report.drop("missing_answer", where, item_id, f"no {a_key!r}; keys: {sorted(map(str, item))[:8]}")
-            continue
+        where, item_id = f"item {n}", None
         try:
-            ground_truth = encode_ground_truth(item[a_key])
-        except _BadAnswer as exc:
-            report.drop(exc.reason, where, item_id, str(exc))
+            if not isinstance(item, Mapping):
+                raise _Drop("not_a_mapping", f"got {type(item).__name__}")
+            where = str(item.get(SOURCE_KEY) or where)
+            item = from_verl_row(item, q_key, a_key, id_key)
+            raw_id = _plain(item.get(id_key)) if id_key else None
+            item_id = None if raw_id is None else str(raw_id)
+            question = _question(item, q_key)
+            ground_truth = _ground_truth(item, a_key, data_source, kind)
+            messages = _messages(item, prompt, question)
+            seen.keep(question, ground_truth, item_id)
+        except _Drop as drop:
+            report.drop(drop.reason, where, item_id, drop.detail)
             continue
-        if kind is not None:
-            try:
-                normalize_ground_truth(ground_truth, data_source, kind)
-            except ValueError as exc:
-                report.drop("bad_ground_truth", where, item_id, str(exc))
-                continue
-        extra = {k: _plain(item[k]) for k in prompt.extra_keys if item.get(k) is not None}
-        try:
-            messages = build_messages(prompt, question, extra=extra)
-        except ValueError as exc:
-            report.drop("bad_prompt_extra", where, item_id, str(exc))
-            continue
-        qnorm = _norm_question(question)
-        if qnorm in seen_questions:
-            if seen_questions[qnorm] != ground_truth:
-                report.conflicting_duplicates += 1
-            report.drop("duplicate_question", where, item_id, question[:80])
-            continue
-        seen_questions[qnorm] = ground_truth
-        if item_id is not None:
-            if item_id in seen_ids:
-                report.duplicate_ids += 1
-            seen_ids.add(item_id)
-
         index = _row_index(data_source, len(rows), question, ground_truth)
         extra_info: dict[str, Any] = {
             "index": index,

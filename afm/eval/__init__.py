@@ -14,7 +14,6 @@ from afm.eval.metrics import (
     standard_error,
     summarize_run,
 )
-from afm.eval.report import write_report
 from afm.eval.select import JudgeSelector, MajoritySelector, Selection, SelectorConfig, select_majority
 
 __all__ = [
@@ -37,3 +36,14 @@ __all__ = [
     "summarize_run",
     "write_report",
 ]
+
+
+def __getattr__(name: str):
+    # Imported on first use, so that `python -m afm.eval.report` does not find its own module already imported
+    # by the package (runpy warns about that).
+    if name == "write_report":
+        from afm.eval.report import write_report
+
+        return write_report
+    raise AttributeError(f"module 'afm.eval' has no attribute {name!r}")
+

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from afm.eval.records import FORMATS, read_records
+from afm.names import canonical, close_names
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,10 @@ class BenchmarkSpec:
     sampling: dict
     default_file: str | None  # relative to a data root, e.g. "web_agent/gaia_dev_103.json"
     loader: str  # a key of LOADERS
+    # How ``afm.eval.download`` turns the public release into this file: a key of its CONVERTERS (None: not
+    # downloadable, e.g. the demo sets, which are written instead). A key, as for the loader, so that this table
+    # does not import the download code.
+    converter: str | None = None
 
 
 # -- the paper's sampling settings (anchors §1.6; upstream fact sheet §6) ------------------------------------
@@ -128,31 +133,36 @@ _FAMILY = {  # prompt, tools, loader, sampling
 
 
 def _spec(name: str, family: str, data_source: str, default_file: str, *, like: str | None = None,
-          **sampling: Any) -> BenchmarkSpec:
+          converter: str | None = None, **sampling: Any) -> BenchmarkSpec:
     prompt, tools, loader, base = _FAMILY[like or family]
-    return BenchmarkSpec(name, family, data_source, prompt, tools, {**base, **sampling}, default_file, loader)
+    return BenchmarkSpec(name, family, data_source, prompt, tools, {**base, **sampling}, default_file, loader,
+                         converter)
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {s.name: s for s in (
-    _spec("nq", "mhqa", "nq", "mhqa_agent/nq_full.jsonl"),
-    _spec("triviaqa", "mhqa", "triviaqa", "mhqa_agent/triviaqa.jsonl"),
-    _spec("popqa", "mhqa", "popqa", "mhqa_agent/popqa.jsonl"),
-    _spec("hotpotqa", "mhqa", "hotpotqa", "mhqa_agent/hotpotqa.jsonl"),
-    _spec("2wikimultihopqa", "mhqa", "2wikimultihopqa", "mhqa_agent/2wikimultihopqa.jsonl"),
-    _spec("musique", "mhqa", "musique", "mhqa_agent/musique.jsonl"),
-    _spec("bamboogle", "mhqa", "bamboogle", "mhqa_agent/bamboogle.jsonl"),
-    _spec("gaia", "web", "gaia", "web_agent/gaia_dev_103.json"),
-    _spec("browsecomp", "web", "browsecomp", "web_agent/browsecomp.json"),
-    _spec("hle", "web", "hle", "web_agent/hle_test.json"),
-    _spec("webwalker", "web", "webwalker", "web_agent/webwalker_main.json"),
-    _spec("aime24", "math", "aime24", "code_agent/aime24.parquet"),
-    _spec("aime25", "math", "aime25", "code_agent/aime25.parquet"),
-    _spec("math500", "math", "MATH500", "code_agent/math500.parquet", n=1),
-    _spec("amc23", "math", "amc23", "code_agent/amc23.parquet"),
-    _spec("olympiadbench", "math", "OlympiadBench", "code_agent/OlympiadBench.parquet", n=1),
-    _spec("livecodebench_v4", "code", "livecodebench_v4", "code_agent/livecodebench_v4.parquet"),
-    _spec("livecodebench_v5", "code", "livecodebench_v5", "code_agent/livecodebench_v5.parquet"),
-    _spec("codecontests", "code", "codecontests", "code_agent/codecontest.parquet"),
+    _spec("nq", "mhqa", "nq", "mhqa_agent/nq_full.jsonl", converter="mhqa"),
+    _spec("triviaqa", "mhqa", "triviaqa", "mhqa_agent/triviaqa.jsonl", converter="mhqa"),
+    _spec("popqa", "mhqa", "popqa", "mhqa_agent/popqa.jsonl", converter="mhqa"),
+    _spec("hotpotqa", "mhqa", "hotpotqa", "mhqa_agent/hotpotqa.jsonl", converter="mhqa"),
+    _spec("2wikimultihopqa", "mhqa", "2wikimultihopqa", "mhqa_agent/2wikimultihopqa.jsonl",
+          converter="mhqa"),
+    _spec("musique", "mhqa", "musique", "mhqa_agent/musique.jsonl", converter="mhqa"),
+    _spec("bamboogle", "mhqa", "bamboogle", "mhqa_agent/bamboogle.jsonl", converter="mhqa"),
+    _spec("gaia", "web", "gaia", "web_agent/gaia_dev_103.json", converter="gaia"),
+    _spec("browsecomp", "web", "browsecomp", "web_agent/browsecomp.json", converter="browsecomp"),
+    _spec("hle", "web", "hle", "web_agent/hle_test.json", converter="hle"),
+    _spec("webwalker", "web", "webwalker", "web_agent/webwalker_main.json", converter="webwalker"),
+    _spec("aime24", "math", "aime24", "code_agent/aime24.parquet", converter="math"),
+    _spec("aime25", "math", "aime25", "code_agent/aime25.parquet", converter="math"),
+    _spec("math500", "math", "MATH500", "code_agent/math500.parquet", converter="math", n=1),
+    _spec("amc23", "math", "amc23", "code_agent/amc23.parquet", converter="math"),
+    _spec("olympiadbench", "math", "OlympiadBench", "code_agent/OlympiadBench.parquet", converter="math",
+          n=1),
+    _spec("livecodebench_v4", "code", "livecodebench_v4", "code_agent/livecodebench_v4.parquet",
+          converter="livecodebench"),
+    _spec("livecodebench_v5", "code", "livecodebench_v5", "code_agent/livecodebench_v5.parquet",
+          converter="livecodebench"),
+    _spec("codecontests", "code", "codecontests", "code_agent/codecontest.parquet", converter="codecontests"),
     _spec("demo_mhqa", "demo", "hotpotqa", "demo/demo_mhqa.jsonl", like="mhqa", **DEMO_SAMPLING),
     _spec("demo_web", "demo", "search", "demo/demo_web.json", like="web", **DEMO_SAMPLING),
     _spec("demo_math", "demo", "MATH500", "demo/demo_math.jsonl", like="math", **DEMO_SAMPLING),
@@ -161,18 +171,44 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {s.name: s for s in (
                     f"world/heldout_{fam}.jsonl", "load_mhqa") for fam in WORLD_FAMILIES),
 )}
 
+# Other spellings, including the original project's file stems (``hle_test`` for ``web_agent/hle_test.json``), so
+# that a name copied from its data folder or scripts works.
 _ALIASES = {"2wiki": "2wikimultihopqa", "natural_questions": "nq", "tq": "triviaqa", "gaia_dev_103": "gaia",
             "hle_500": "hle", "webwalkerqa": "webwalker", "lcb_v4": "livecodebench_v4",
-            "lcb_v5": "livecodebench_v5", "codecontest": "codecontests", "olympiad": "olympiadbench"}
+            "lcb_v5": "livecodebench_v5", "codecontest": "codecontests", "olympiad": "olympiadbench",
+            "hle_test": "hle", "webwalker_main": "webwalker", "nq_full": "nq"}
+
+
+class UnknownBenchmarkError(KeyError):
+    """A benchmark name that is neither a benchmark nor an alias; the message suggests close names."""
+
+    def __str__(self) -> str:  # KeyError's str() would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+def _lookup_table() -> dict[str, str]:
+    """canonical spelling -> benchmark name, for the names and the aliases; two entries may not share one."""
+    table: dict[str, str] = {}
+    for spelling, target in [*((n, n) for n in BENCHMARKS), *_ALIASES.items()]:
+        key = canonical(spelling)
+        if table.setdefault(key, target) != target:
+            raise ValueError(f"benchmark names {spelling!r} and {table[key]!r} are the same name to afm.names")
+    return table
+
+
+_BY_KEY = _lookup_table()
 
 
 def get_benchmark(name: str) -> BenchmarkSpec:
-    """The spec of benchmark ``name`` (any case; aliases such as ``lcb_v5``); KeyError listing the names."""
-    key = str(name).strip().lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
-    if key not in BENCHMARKS:
-        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
-    return BENCHMARKS[key]
+    """The spec of benchmark ``name`` (spelt any way :func:`afm.names.canonical` equates, e.g. ``LCB-v5``; aliases
+    such as ``lcb_v5`` or the original's file stems such as ``hle_test``); :class:`UnknownBenchmarkError` (a
+    KeyError) suggesting close names otherwise."""
+    target = _BY_KEY.get(canonical(name))
+    if target is None:
+        hint = " or ".join(dict.fromkeys(_ALIASES.get(n, n) for n in close_names(name, [*BENCHMARKS, *_ALIASES], 4)))
+        raise UnknownBenchmarkError(f"unknown benchmark {name!r}" + (f" (did you mean {hint}?)" if hint else "")
+                                    + f"; known: {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[target]
 
 
 def list_benchmarks(family: str | None = None) -> list[str]:
@@ -520,24 +556,47 @@ LOADERS: dict[str, Callable[[Sequence[Mapping[str, Any]], BenchmarkSpec, str], l
 
 
 # -- files ---------------------------------------------------------------------------------------------------
+# The original project's data folder (``AFM/data``) keeps the same file names one folder deeper:
+# ``code_agent/code_math_benchmarks/aime24.parquet``, ``web_agent/test_benchmarks/gaia_dev_103.json``,
+# ``mhqa_agent/test_benchmarks/nq_full.jsonl``. A data root in either layout works.
+ORIGINAL_SUBDIRS = {"code_agent": "code_math_benchmarks", "web_agent": "test_benchmarks",
+                    "mhqa_agent": "test_benchmarks"}
+
+
+def _layouts(root: Path, default_file: str) -> list[Path]:
+    """Where ``default_file`` may lie under ``root``: afm's layout, then the original's."""
+    target = root / default_file
+    parts = Path(default_file).parts
+    sub = ORIGINAL_SUBDIRS.get(parts[0]) if len(parts) == 2 else None
+    return [target] if sub is None else [target, root / parts[0] / sub / parts[1]]
+
+
 def resolve_data_file(name: str, path: str | Path | None = None, *,
                       data_root: str | Path | None = None) -> Path:
     """The file of benchmark ``name``: ``path`` (a file, or a data root folder), else the spec's default file
-    under ``data_root`` (default :func:`default_data_root`), also with another supported suffix."""
+    under ``data_root`` (default :func:`default_data_root`; afm's layout or the original's ``AFM/data`` one, see
+    :data:`ORIGINAL_SUBDIRS`), also with another supported suffix. FileNotFoundError says where it looked."""
     spec = get_benchmark(name)
     if path is not None and not Path(path).is_dir():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"data file of benchmark {spec.name!r} not found: {path}")
         return Path(path)
     root = Path(path if path is not None else data_root if data_root is not None else default_data_root())
     if spec.default_file is None:
         raise FileNotFoundError(f"benchmark {spec.name!r} has no default file; pass its path")
-    target = root / spec.default_file
-    for candidate in (target, *(target.with_suffix(s) for s in FORMATS if s != target.suffix)):
-        if candidate.is_file():
-            return candidate
+    targets = _layouts(root, spec.default_file)
+    for target in targets:
+        for candidate in (target, *(target.with_suffix(s) for s in FORMATS if s != target.suffix)):
+            if candidate.is_file():
+                return candidate
+    if not root.is_dir():
+        where = f"the data root {root} does not exist"
+    else:
+        where = f"looked for {' and '.join(map(str, targets))} (or the same name with another of {', '.join(FORMATS)})"
     raise FileNotFoundError(
-        f"no data file for benchmark {spec.name!r}: looked for {target} (or the same name with another of "
-        f"{', '.join(FORMATS)}). Download it (python -m afm.eval.download {spec.name} --out {root}), pass "
-        f"its path (afm eval run --file {spec.name}=PATH), or set ${DATA_ENV} to the folder that holds it.")
+        f"no data file for benchmark {spec.name!r}: {where}. Download it (python -m afm.eval.download "
+        f"{spec.name} --out {root}), pass its path (afm eval run --file {spec.name}=PATH), or point --data-root "
+        f"(${DATA_ENV}) at the folder that holds it (afm's data/eval or the original's AFM/data).")
 
 
 def load_benchmark(name: str, path: str | Path | None = None, *, data_root: str | Path | None = None,
@@ -567,8 +626,9 @@ def load_benchmark(name: str, path: str | Path | None = None, *, data_root: str 
 
 
 def describe_benchmarks() -> list[dict[str, Any]]:
-    """One row per benchmark: name, family, data_source, prompt, tools, sampling, default_file, loader."""
+    """One row per benchmark: name, family, data_source, prompt, tools, sampling, default_file, loader,
+    converter."""
     return [{"name": s.name, "family": s.family, "data_source": s.data_source, "prompt": s.prompt,
              "tools": list(s.tools), "sampling": dict(s.sampling), "default_file": s.default_file,
-             "loader": s.loader}
+             "loader": s.loader, "converter": s.converter}
             for s in BENCHMARKS.values()]

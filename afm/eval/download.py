@@ -44,7 +44,7 @@ import logging
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from afm.eval.datasets import (
     BENCHMARKS,
     FAMILIES,
     LOADERS,
+    BenchmarkSpec,
     browsecomp_decrypt,
     default_data_root,
     get_benchmark,
@@ -121,71 +122,128 @@ _MATH_KEEP = ("id", "unique_id", "ID", "problem", "Problem", "question", "answer
               "is_multiple_answer")
 _CC_KEEP = ("name", "description", "public_tests", "private_tests", "source", "difficulty", "cf_rating")
 
+Converted = dict[str, Any] | str
+"""A converted row in the original's field names, or (a ``str``) the reason the row is dropped."""
 
-def convert_rows(name: str, rows: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], Counter[str]]:
+
+def _mhqa_row(row: dict[str, Any], spec: BenchmarkSpec, k: int, kept: int) -> Converted:
+    return {"id": row.get("id", str(k)), "question": _get(row, "question"),
+            "answer": _get(row, "golden_answers", "answer"), "data_source": spec.data_source}
+
+
+def _gaia_row(row: dict[str, Any], spec: BenchmarkSpec, k: int, kept: int) -> Converted:
+    if row.get("file_name"):
+        return "has an attached file"
+    level = _get(row, "Level", "level")
+    return {"id": kept, "task_id": row.get("task_id"), "question": _get(row, "Question", "question"),
+            "answer": _get(row, "Final answer", "answer"), "Level": None if level is None else str(level),
+            "Annotator_Metadata": row.get("Annotator Metadata", row.get("Annotator_Metadata"))}
+
+
+def _hle_row(row: dict[str, Any], spec: BenchmarkSpec, k: int, kept: int) -> Converted:
+    if row.get("image"):
+        return "has an image"
+    return {key: row.get(key) for key in ("id", "question", "answer", "answer_type", "rationale", "raw_subject",
+                                          "category")}
+
+
+def _browsecomp_row(row: dict[str, Any], spec: BenchmarkSpec, k: int, kept: int) -> Converted:
+    if row.get("canary"):
+        row = {**row, "problem": browsecomp_decrypt(row["problem"], row["canary"]),
+               "answer": browsecomp_decrypt(row["answer"], row["canary"])}
+    return {"question": _get(row, "question", "problem"), "answer": row.get("answer"),
+            "topic": _get(row, "topic", "problem_topic")}
+
+
+def _webwalker_row(row: dict[str, Any], spec: BenchmarkSpec, k: int, kept: int) -> Converted:
+    return {key: row.get(key) for key in ("question", "answer", "root_url", "info") if key in row}
+
+
+def _math_row(row: dict[str, Any], spec: BenchmarkSpec, k: int, kept: int) -> Converted:
+    return {key: row[key] for key in _MATH_KEEP if key in row}
+
+
+def _codecontests_row(row: dict[str, Any], spec: BenchmarkSpec, k: int, kept: int) -> Converted:
+    return {key: row[key] for key in _CC_KEEP if key in row}
+
+
+def _livecodebench_row(row: dict[str, Any], spec: BenchmarkSpec, k: int, kept: int) -> Converted:
+    # The private tests go to the test-case folder (afm.eval.lcb_testcases), not into the benchmark file.
+    return {key: v for key, v in row.items() if key != "private_test_cases"}
+
+
+@dataclass(frozen=True)
+class Converter:
+    """How a public release becomes a benchmark file (named by :attr:`BenchmarkSpec.converter`).
+
+    ``row(row, spec, k, kept)`` converts the k-th fetched row (``kept`` rows were kept before it). ``fetch``
+    says where the rows come from: ``"hf"`` (:data:`HF_SOURCES` of the benchmark), ``"lcb"`` (LiveCodeBench's
+    files, filtered to the benchmark's :data:`LCB_WINDOWS`, private tests written apart) or ``"csv"``
+    (BrowseComp's CSV, a URL or a local file).
+    """
+
+    row: Callable[[dict[str, Any], BenchmarkSpec, int, int], Converted]
+    fetch: str = "hf"
+
+
+CONVERTERS: dict[str, Converter] = {
+    "mhqa": Converter(_mhqa_row), "gaia": Converter(_gaia_row), "hle": Converter(_hle_row),
+    "browsecomp": Converter(_browsecomp_row, fetch="csv"), "webwalker": Converter(_webwalker_row),
+    "math": Converter(_math_row), "codecontests": Converter(_codecontests_row),
+    "livecodebench": Converter(_livecodebench_row, fetch="lcb"),
+}
+
+
+def _spec_of(name: str | BenchmarkSpec) -> BenchmarkSpec:
+    return name if isinstance(name, BenchmarkSpec) else get_benchmark(name)
+
+
+def converter_of(spec: BenchmarkSpec) -> Converter:
+    """The spec's :class:`Converter`; DownloadError when it has none (demo sets) or names an unknown one."""
+    conv = CONVERTERS.get(spec.converter or "")
+    if conv is None:
+        raise DownloadError(f"benchmark {spec.name!r} has no converter" + (
+            f" ({spec.converter!r} is not one of {', '.join(CONVERTERS)})" if spec.converter else ""))
+    return conv
+
+
+def convert_rows(name: str | BenchmarkSpec, rows: Iterable[Mapping[str, Any]]
+                 ) -> tuple[list[dict[str, Any]], Counter[str]]:
     """Rows of a public release in the original's field names, and the count of rows dropped per reason."""
-    spec = get_benchmark(name)
+    spec = _spec_of(name)
+    convert = converter_of(spec).row
     out: list[dict[str, Any]] = []
     dropped: Counter[str] = Counter()
     for k, row in enumerate(rows):
-        row = dict(row)
-        if spec.family == "mhqa":
-            out.append({"id": row.get("id", str(k)), "question": _get(row, "question"),
-                        "answer": _get(row, "golden_answers", "answer"), "data_source": spec.data_source})
-        elif spec.name == "gaia":
-            if row.get("file_name"):
-                dropped["has an attached file"] += 1
-                continue
-            level = _get(row, "Level", "level")
-            out.append({"id": len(out), "task_id": row.get("task_id"),
-                        "question": _get(row, "Question", "question"),
-                        "answer": _get(row, "Final answer", "answer"),
-                        "Level": None if level is None else str(level),
-                        "Annotator_Metadata": row.get("Annotator Metadata", row.get("Annotator_Metadata"))})
-        elif spec.name == "hle":
-            if row.get("image"):
-                dropped["has an image"] += 1
-                continue
-            out.append({k2: row.get(k2) for k2 in ("id", "question", "answer", "answer_type", "rationale",
-                                                    "raw_subject", "category")})
-        elif spec.name == "browsecomp":
-            if row.get("canary"):
-                row = {**row, "problem": browsecomp_decrypt(row["problem"], row["canary"]),
-                       "answer": browsecomp_decrypt(row["answer"], row["canary"])}
-            out.append({"question": _get(row, "question", "problem"), "answer": row.get("answer"),
-                        "topic": _get(row, "topic", "problem_topic")})
-        elif spec.name == "webwalker":
-            out.append({k2: row.get(k2) for k2 in ("question", "answer", "root_url", "info") if k2 in row})
-        elif spec.family == "math":
-            out.append({k2: row[k2] for k2 in _MATH_KEEP if k2 in row})
-        elif spec.name == "codecontests":
-            out.append({k2: row[k2] for k2 in _CC_KEEP if k2 in row})
-        elif spec.name.startswith("livecodebench"):
-            out.append({k2: v for k2, v in row.items() if k2 != "private_test_cases"})
+        converted = convert(dict(row), spec, k, len(out))
+        if isinstance(converted, str):
+            dropped[converted] += 1
         else:
-            raise DownloadError(f"benchmark {spec.name!r} has no converter")
+            out.append(converted)
     return out, dropped
 
 
-def write_benchmark(name: str, rows: Iterable[Mapping[str, Any]], out_dir: str | Path | None = None, *,
-                    limit: int | None = None, testcases_dir: str | Path | None = None,
+def write_benchmark(name: str | BenchmarkSpec, rows: Iterable[Mapping[str, Any]],
+                    out_dir: str | Path | None = None, *, limit: int | None = None, testcases_dir: str | Path | None = None,
                     allow_pickle: bool = False) -> Path:
     """Convert ``rows`` (a list or a ``datasets.Dataset``), check them with the loader, write the file.
 
     For LiveCodeBench, rows are first filtered to :data:`LCB_WINDOWS` and their tests written to
     ``testcases_dir`` (default ``<out_dir>/../livecodebench_testcases``). Returns the written path.
     """
-    spec = get_benchmark(name)
+    spec = _spec_of(name)
     root = Path(out_dir) if out_dir is not None else default_data_root()
     rows = [dict(r) for r in rows]
-    if spec.name in LCB_WINDOWS:
+    if converter_of(spec).fetch == "lcb":
+        if spec.name not in LCB_WINDOWS:
+            raise DownloadError(f"{spec.name}: no contest-date window in LCB_WINDOWS")
         start, end = LCB_WINDOWS[spec.name]
         rows = [r for r in rows if start <= str(r.get("contest_date") or "")[:10] <= end]
         tests_dir = Path(testcases_dir) if testcases_dir is not None else \
             root.parent / "livecodebench_testcases"
         report: ProcessReport = process_rows(rows, tests_dir, allow_pickle=allow_pickle)
         logger.info("%s: %s", spec.name, report.summary())
-    converted, dropped = convert_rows(spec.name, rows)
+    converted, dropped = convert_rows(spec, rows)
     if limit is not None:
         converted = converted[:limit]
     if dropped:
@@ -226,7 +284,7 @@ def _fetch_browsecomp(source: str) -> list[dict[str, Any]]:
     return [dict(r) for r in csv.DictReader(io.StringIO(text))]
 
 
-def download(name: str, out_dir: str | Path | None = None, *, repo_id: str | None = None,
+def download(name: str | BenchmarkSpec, out_dir: str | Path | None = None, *, repo_id: str | None = None,
              config: str | None = None, split: str | None = None, source: str | None = None,
              limit: int | None = None, allow_pickle: bool = False, testcases_dir: str | Path | None = None,
              token: str | None = None) -> Path:
@@ -245,26 +303,27 @@ def download(name: str, out_dir: str | Path | None = None, *, repo_id: str | Non
     Raises:
         DownloadError: offline, or the source could not be read.
     """
-    spec = get_benchmark(name)
+    spec = _spec_of(name)
     root = Path(out_dir) if out_dir is not None else default_data_root()
     target = root / str(spec.default_file)
     if spec.family == "demo":
         from afm.eval.demo_sets import write_demo_sets
 
         return write_demo_sets(root, names=(spec.name,))[spec.name]
-    local = spec.name == "browsecomp" and source is not None and "://" not in source
+    fetch = converter_of(spec).fetch
+    local = fetch == "csv" and source is not None and "://" not in source
     if is_offline() and not local:
         raise DownloadError(f"cannot download {spec.name!r}: offline ({'/'.join(OFFLINE_ENV)} is set). Put "
                             f"the file at {target} yourself (or anywhere, passed as --file {spec.name}=PATH) "
                             f"in the original's format, or download it on a machine with network access")
-    if spec.name == "browsecomp":
+    if fetch == "csv":
         where = source or BROWSECOMP_URL
     else:
-        where = repo_id or (LCB_REPO if spec.name in LCB_WINDOWS else HF_SOURCES[spec.name].repo_id)
+        where = repo_id or (LCB_REPO if fetch == "lcb" else HF_SOURCES[spec.name].repo_id)
     try:
-        if spec.name == "browsecomp":
+        if fetch == "csv":
             rows: Any = _fetch_browsecomp(source or BROWSECOMP_URL)
-        elif spec.name in LCB_WINDOWS:
+        elif fetch == "lcb":
             rows = _fetch_lcb(repo_id or LCB_REPO, LCB_FILES, token)
         else:
             base = HF_SOURCES[spec.name]
@@ -274,7 +333,7 @@ def download(name: str, out_dir: str | Path | None = None, *, repo_id: str | Non
         raise DownloadError(f"cannot download {spec.name!r} from {where}: {type(exc).__name__}: {exc}. "
                             f"Offline, or a gated dataset without access? Put the file at {target} yourself "
                             f"instead") from exc
-    return write_benchmark(spec.name, rows, root, limit=limit, testcases_dir=testcases_dir,
+    return write_benchmark(spec, rows, root, limit=limit, testcases_dir=testcases_dir,
                            allow_pickle=allow_pickle)
 
 

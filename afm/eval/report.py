@@ -327,7 +327,6 @@ def write_report(run_dir: str | os.PathLike, other_run: str | os.PathLike | None
     if isinstance(selector, str):
         selector = get_selector(selector)
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
     opts = {"resamples": resamples, "seed": seed}
     sel_name = None if selector is None else getattr(selector, "name", type(selector).__name__)
     runs = [run_dir] + ([other_run] if other_run is not None else [])
@@ -340,6 +339,7 @@ def write_report(run_dir: str | os.PathLike, other_run: str | os.PathLike | None
     labels = [str(Path(r)) for r in runs]
     comparison = compare_groups(analysed[0][0], analysed[1][0], **opts) if other_run is not None else None
 
+    out.mkdir(parents=True, exist_ok=True)  # only now: a mistyped run folder must not be created
     plots = out / PLOTS
     figures = [("Accuracy", plot_accuracy([(labels[0], summary)], plots / "accuracy.png"))]
     if any(s["n_max"] > 1 for s in summary["benchmarks"].values()):

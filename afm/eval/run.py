@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from afm.agent.backend import SamplingParams
-from afm.agent.infer import build_backend, build_tools
+from afm.agent.infer import BackendLoadError, build_backend, build_tools
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
 from afm.agent.runner import JsonlStore, RolloutTask, run_tasks
 
@@ -52,22 +52,50 @@ def _check_config(run_dir: Path, config: dict[str, Any], force: bool) -> None:
     path.write_text(json.dumps(config, indent=1))
 
 
-async def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+def load_inputs(args: argparse.Namespace) -> tuple[list[str], dict[str, Any], dict[str, list[Any]]]:
+    """``(names, specs, items)`` of ``--benchmarks``, with ``--file``/``--data-root``/``--limit`` applied.
+
+    Names are the benchmarks' own (an alias such as ``hle_test`` becomes ``hle``, so results and resumes use one
+    key). Raises KeyError (unknown benchmark), FileNotFoundError (no data file) or ValueError (bad file or flag)
+    with a message meant for the user.
+    """
     from afm.eval.datasets import get_benchmark, load_benchmark
+
+    names = list(dict.fromkeys(get_benchmark(b).name for b in args.benchmarks.split(",") if b.strip()))
+    if not names:
+        raise ValueError("--benchmarks names no benchmark")
+    files: dict[str, str] = {}
+    for kv in args.file or []:
+        bench, sep, path = kv.partition("=")
+        if not sep or not path:
+            raise ValueError(f"--file takes BENCH=PATH, got {kv!r}")
+        files[get_benchmark(bench).name] = path
+    stray = sorted(set(files) - set(names))
+    if stray:
+        raise ValueError(f"--file names benchmarks not in --benchmarks: {', '.join(stray)}")
+    specs = {b: get_benchmark(b) for b in names}
+    items = {b: load_benchmark(b, files.get(b), data_root=args.data_root, limit=args.limit) for b in names}
+    return names, specs, items
+
+
+async def evaluate(args: argparse.Namespace,
+                   inputs: tuple[list[str], dict[str, Any], dict[str, list[Any]]] | None = None) -> dict[str, Any]:
+    """Run every (question, sample) of the benchmarks not yet in the run folder; returns the run's counts."""
     from afm.prompts import build_messages, get_prompt
     from afm.rewards import compute_score_async
 
     run_dir = Path(args.run_dir)
-    names = [b for b in args.benchmarks.split(",") if b]
-    specs = {b: get_benchmark(b) for b in names}
-    files = dict(kv.split("=", 1) for kv in (args.file or []))
-    items = {b: load_benchmark(b, files.get(b), data_root=args.data_root, limit=args.limit) for b in names}
+    names, specs, items = inputs if inputs is not None else load_inputs(args)
     settings = {b: _sampling(dict(specs[b].sampling), args) for b in names}
     config = {"model": args.model, "backend": args.backend, "base_url": args.base_url if args.backend == "openai"
               else None, "prompt_style": args.prompt_style, "benchmarks": names, "seed": args.seed,
               "settings": settings, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv[1:]}
-    _check_config(run_dir, config, args.force)
-    backend, tok = build_backend(args)
+    backend, tok = build_backend(args)  # before the run folder is written: a wrong tokenizer name leaves none
+    try:
+        _check_config(run_dir, config, args.force)
+    except BaseException:
+        await backend.aclose()
+        raise
     all_tools = sorted({t for b in names for t in specs[b].tools})
     tools = build_tools(tuple(all_tools), args.tools_config)
     agents: dict[str, tuple[AgentConfig, ToolRunner, Any]] = {}
@@ -155,7 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="afm eval run", description=__doc__.splitlines()[0])
     add_args(p)
     args = p.parse_args(argv)
-    counts = asyncio.run(evaluate(args))
+    try:  # a user's mistake (a misspelt benchmark, a missing file) gets one line, not a traceback
+        inputs = load_inputs(args)
+    except (KeyError, FileNotFoundError, ValueError) as exc:
+        print(f"afm eval run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        counts = asyncio.run(evaluate(args, inputs))
+    except BackendLoadError as exc:  # a wrong model or tokenizer name
+        print(f"afm eval run: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"run": counts}))
     if not args.no_report:
         from afm.eval.report import write_report

@@ -33,12 +33,15 @@ from typing import Any
 
 import yaml
 
+from afm.names import canonical, close_names
 from afm.trajectory import DEFAULT_REGISTRY, Problem, TagKind, TagRegistry, blocks, stop_strings, validate
 
 START = "(start)"
 """The ``successors`` key for the beginning of the trajectory (not a valid tag name, so it cannot collide)."""
 
 STYLES = ("user", "system")
+# What a key may contain (a syntax check, not a second matching rule: keys are matched by afm.names.canonical):
+# no "@", ":" or "/", which get_prompt reads as a version pin, a module attribute or a file.
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _TAG_MENTION_RE = re.compile(r"</?([A-Za-z][A-Za-z0-9_\-]*)>")
 _FILE_SUFFIXES = (".yaml", ".yml", ".md", ".markdown")
@@ -121,7 +124,7 @@ class Prompt:
         return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
-_PROMPTS: dict[str, Prompt] = {}
+_PROMPTS: dict[str, Prompt] = {}  # keyed by afm.names.canonical(prompt.key)
 _LOCK = threading.Lock()
 
 
@@ -215,42 +218,49 @@ def register_prompt(prompt: Prompt, *, overwrite: bool = False) -> Prompt:
     if problems:
         raise ValueError(f"prompt {prompt.key!r} is invalid:\n  - " + "\n  - ".join(problems))
     with _LOCK:
-        old = _PROMPTS.get(prompt.key)
+        old = _PROMPTS.get(canonical(prompt.key))
+        if old is not None and old.key != prompt.key:
+            raise ValueError(f"prompt key {prompt.key!r} is the same name as the registered {old.key!r} (names "
+                             "match ignoring case and punctuation); pick another key")
         if old is not None and not overwrite:
             if old == prompt:
                 return old
             raise ValueError(f"prompt {prompt.key!r} is already registered at version {old.version}; "
                              f"pass overwrite=True to replace it, or pick another key")
-        _PROMPTS[prompt.key] = prompt
+        _PROMPTS[canonical(prompt.key)] = prompt
     return prompt
 
 
 def unregister_prompt(key: str) -> Prompt:
     """Remove and return the prompt called ``key`` (KeyError when unknown)."""
     with _LOCK:
-        if key not in _PROMPTS:
+        if canonical(key) not in _PROMPTS:
             raise KeyError(_unknown(key))
-        return _PROMPTS.pop(key)
+        return _PROMPTS.pop(canonical(key))
 
 
 def list_prompts() -> list[str]:
     """Keys of all registered prompts, sorted."""
-    return sorted(_PROMPTS)
+    return sorted(p.key for p in _PROMPTS.values())
 
 
 def _unknown(key: str) -> str:
-    return f"unknown prompt {key!r}; known prompts: {', '.join(list_prompts())}"
+    close = close_names(key, list_prompts())
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return f"unknown prompt {key!r}{hint}; known prompts: {', '.join(list_prompts())}"
 
 
 def get_prompt(key: str) -> Prompt:
     """The prompt selected by ``key``.
 
-    ``key`` is a registered key; ``key@version`` (KeyError unless the registered version matches, so a pinned
-    config fails loudly after a text change); a path to a YAML/markdown prompt file (loaded, not registered);
-    or ``module:attribute`` naming a :class:`Prompt`. An unknown key raises KeyError listing the known keys.
+    ``key`` is a registered key (in any spelling :func:`afm.names.canonical` equates: ``Web-Agent``);
+    ``key@version`` (KeyError unless the registered version matches, so a pinned config fails loudly after a text
+    change); a path to a YAML/markdown prompt file (loaded, not registered); or ``module:attribute`` naming a
+    :class:`Prompt`. An unknown key raises KeyError listing the known keys and the close ones.
     """
     name, _, version = key.partition("@")
-    prompt = _PROMPTS.get(name)
+    # A module attribute or a path is never a registered key (keys have no ':' or '/').
+    prompt = None if ":" in name or "/" in name else _PROMPTS.get(canonical(name))
     if prompt is None:
         if key.lower().endswith(_FILE_SUFFIXES) and Path(key).is_file():
             return load_prompt_file(key)

@@ -8,9 +8,10 @@ Ground truths (``gt.data``), all accepted as dicts or JSON strings:
   calls of ``fn_name`` with newline-separated JSON arguments);
 * HumanEval style ``{"test": "<def check(candidate): ...>", "entry_point": "f", "import_prefix"?: ...}``.
 
-When a processed test-case folder is configured (option ``code_tests_dir`` or ``$LIVECODEBENCH_TESTCASES_DIR``;
-written by the evaluation's LiveCodeBench processing) and holds ``<question_id>.json`` with ``{"tests": [{input,
-output, testtype}], "fn_name"?}`` (public and private tests), those tests replace the inline public ones. A
+When a processed test-case folder is configured (option ``code_tests_dir``, ``$LIVECODEBENCH_TESTCASES_DIR`` or the
+original's name for it, ``$LIVECODEBENCH_DATA_PATH``; written by the evaluation's LiveCodeBench processing) and
+holds ``<question_id>.json`` with ``{"tests": [{input, output, testtype}], "fn_name"?}`` (public and private
+tests), those tests replace the inline public ones. A
 configured folder without the file is reported in ``error`` and the inline tests are used.
 
 Score 1 when every test passes (LiveCodeBench's pass@1 rule), else 0. Options: ``code_timeout`` (s per test,
@@ -35,6 +36,7 @@ from afm.trajectory import last_answer
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 TESTS_DIR_ENV = "LIVECODEBENCH_TESTCASES_DIR"
+TESTS_DIR_ALIAS_ENV = "LIVECODEBENCH_DATA_PATH"  # the original project's name for the same folder
 PRED_CHARS = 4000
 
 _sandboxes: dict[str, Sandbox] = {}  # keyed by the effective config: code_sandbox options apply on every call
@@ -79,8 +81,15 @@ def _listish(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def tests_dir(options: dict[str, Any] | None = None) -> str | None:
+    """The processed test-case folder: option ``code_tests_dir``, else ``$LIVECODEBENCH_TESTCASES_DIR``, else the
+    original's ``$LIVECODEBENCH_DATA_PATH`` (its environment.sh set that one); None when none is set."""
+    return ((options or {}).get("code_tests_dir") or os.environ.get(TESTS_DIR_ENV)
+            or os.environ.get(TESTS_DIR_ALIAS_ENV) or None)
+
+
 def _tests_file(data: dict[str, Any], options: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    directory = options.get("code_tests_dir") or os.environ.get(TESTS_DIR_ENV)
+    directory = tests_dir(options)
     qid = data.get("question_id")
     if not directory or qid is None:
         return None, ""

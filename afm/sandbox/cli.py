@@ -38,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--stdin", default=None, help="file whose content is the program's stdin")
     args = ap.parse_args(argv)
     limits = Limits(wall_s=args.timeout, memory_mb=args.memory_mb)
+    if args.cmd == "run":  # checked before a sandbox is started
+        for flag, path in (("FILE", args.file), ("--stdin", args.stdin)):
+            if path and path != "-" and not Path(path).is_file():
+                print(f"afm sandbox run: {flag} {path}: no such file", file=sys.stderr)
+                return 2
     try:
         box = Sandbox(backend=args.backend, mode=args.mode, limits=limits, concurrency=2)
     except SandboxUnavailable as exc:

@@ -1,5 +1,6 @@
 """``afm-sft``: ``llamafactory-cli`` with the afm overlay applied, plus ``mask-report``.
 
+usage:
     afm-sft train config.yaml [key=value ...] [--key value ...]
     afm-sft train --model_name_or_path M --stage sft ... --ignore_observation true --ignore_observation_token observation
     afm-sft mask-report config.yaml [key=value ...] [--show N]
