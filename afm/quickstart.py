@@ -104,8 +104,8 @@ def _evaluate(model: Path, work: Path, servers: Any) -> dict[str, Any]:
 def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_epochs: float = 2.0,
         n_sft: int = 64, n_dpo: int = 32, seed: int = 0) -> dict[str, Any]:
     """Run the quickstart in ``workdir``; returns the paths and loss curves."""
-    from afm.demo_content.samples import tokenizer_corpus, write_demo_data
     from afm.demo.tiny_model import build_tiny_model
+    from afm.demo_content.samples import tokenizer_corpus, write_demo_data
 
     t0 = time.time()
     work = Path(workdir).absolute()

@@ -282,8 +282,8 @@ def build_tokenizer_dir(out: Path, seed: int, kind: str = "tiny") -> Path:
     if (model_dir / "tokenizer.json").exists() and (model_dir / "config.json").exists():
         print(f"reusing tiny model/tokenizer in {model_dir}")
         return model_dir
-    from afm.demo_content.samples import tokenizer_corpus
     from afm.demo.tiny_model import build_tiny_model
+    from afm.demo_content.samples import tokenizer_corpus
 
     gen = Gen(seed + 1000)  # a few synthetic trajectories so BPE learns merges across tags and whitespace
     texts = tokenizer_corpus() + [gen.trajectory() for _ in range(300)]

@@ -36,8 +36,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from afm.demo_content.samples import tokenizer_corpus
     from afm.demo.tiny_model import build_tiny_model
+    from afm.demo_content.samples import tokenizer_corpus
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen2", tokenizer_corpus(0))
 

@@ -107,7 +107,7 @@ def test_rl_selection_samples_the_policy_with_real_tools_and_writes_verls_parque
     import pandas as pd
 
     from afm.demo.agent_demo import DemoServers
-    from afm.demo.recipe import ModelSize, build_student, select_rl_data
+    from afm.demo.recipe import select_rl_data
     from afm.demo.tiny_model import build_tiny_model
 
     world, root = make_world_small(tmp_path)

@@ -20,14 +20,15 @@ PKG = Path(__file__).resolve().parents[1] / "afm"
 # sandbox; agent uses trajectory and tools; rewards uses trajectory and sandbox; eval and data use agent and
 # rewards; sft uses trajectory; rl uses agent, tools and rewards; sft and rl never import each other; servers are
 # standalone services (reached over HTTP).
-UTILS = {"chat_client", "kvcache", "table_io"}
+UTILS = {"chat_client", "kvcache", "table_io", "names"}
 ALLOWED: dict[str, set[str]] = {
     "trajectory": set(),
     "sandbox": set(),
     "chat_client": set(),
     "kvcache": set(),
     "table_io": set(),
-    "prompts": {"trajectory"},
+    "names": set(),  # the one name normaliser (benchmarks, data sources, prompt keys)
+    "prompts": {"trajectory", "names"},
     "tools": {"sandbox"},
     "servers": {"chat_client", "kvcache", "testing", "demo_content"},
     "demo_content": {"trajectory"},  # the demo's documents, questions and samples: data every layer may read
@@ -41,9 +42,9 @@ ALLOWED: dict[str, set[str]] = {
     "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content"},
     # applications: the demo world, the quickstart, the CLI and the doctor sit on top
     "demo": {"agent", "tools", "trajectory", "servers", "testing", "sandbox", "rewards", "prompts", "data", "eval",
-             "demo_content", *UTILS},
+             "demo_content", "quickstart_rl", *UTILS},
     "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "testing", "prompts",
-                   "demo_content", *UTILS},
+                   "demo_content", "quickstart_rl", *UTILS},
     "quickstart_rl": set(),
     "quickstart_summary": {"eval"},
     "doctor": {"sft", "sandbox"},

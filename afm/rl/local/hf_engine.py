@@ -156,7 +156,7 @@ class HFEngine:
                 batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size:]
                 try:
                     results = await asyncio.to_thread(self.run_batch, batch)
-                except Exception as exc:  # noqa: BLE001 - every waiter must hear about it
+                except Exception as exc:
                     logger.exception("hf rollout batch failed")
                     for req in batch:
                         if req.future is not None and not req.future.done():

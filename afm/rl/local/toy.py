@@ -89,7 +89,7 @@ def _examples(tokenizer: Any, rows: list[dict[str, Any]]) -> list[tuple[list[int
         programs = {"RIGHT": ["print(6*7)"], "WRONG": ["print(6*8)"], "MIX": ["print(6*7)", "print(6*8)"]}[kind]
         prompt = tokenizer.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, tokenize=False)
         for program in programs:
-            value = eval(program.removeprefix("print"))  # noqa: S307 - two fixed literals above
+            value = eval(program.removeprefix("print"))
             call, obs, answer = reply(program, value)
             ids: list[int] = []
             labels: list[int] = []
@@ -108,8 +108,8 @@ def build_policy(out_dir: str | Path, parquet: str | Path, *, steps: int = 120, 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from afm.demo_content.samples import tokenizer_corpus
     from afm.demo.tiny_model import build_tiny_model
+    from afm.demo_content.samples import tokenizer_corpus
 
     out = Path(out_dir)
     stamp = out / "afm_toy_policy.json"
