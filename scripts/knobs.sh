@@ -146,3 +146,18 @@ afm_limit_flags() {
   if [[ -n ${MAX_RESPONSE_TOKENS:-} ]]; then _afm_argv+=(--max-response-tokens "$MAX_RESPONSE_TOKENS"); fi
   if [[ -n ${MAX_MODEL_LEN:-} ]]; then _afm_argv+=(--max-model-len "$MAX_MODEL_LEN"); fi
 }
+
+# afm_env_default NAME: the literal default environment.sh states for NAME (its `export NAME="${NAME:-value}"`
+# line), so that a script run without `source environment.sh` uses the same value without writing it again (the
+# servers' ports are stated there only). Prints nothing when the file gives NAME no literal default.
+afm_env_default() {
+  local file
+  file="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/environment.sh"
+  [[ -r $file ]] || return 0
+  awk -v name="$1" '
+    index($0, "export " name "=\"${" name ":-") == 1 {
+      value = substr($0, length("export " name "=\"${" name ":-") + 1)
+      if (value ~ /^[^"$}]*}"[[:space:]]*$/) { sub(/}".*/, "", value); print value }
+      exit
+    }' "$file"
+}
