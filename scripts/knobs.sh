@@ -161,3 +161,12 @@ afm_env_default() {
       exit
     }' "$file"
 }
+
+# afm_run_module PYTHON ROOT MODULE ARGS...: run afm's MODULE (e.g. afm.sft.knobs) with PYTHON from the checkout at
+# ROOT, whichever afm PYTHON may have installed, without putting ROOT on the PYTHONPATH of what MODULE starts.
+afm_run_module() {
+  local python=$1 root=$2
+  shift 2
+  "$python" -c 'import runpy, sys; sys.path[0] = sys.argv.pop(1); runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)' \
+    "$root" "$@"
+}
