@@ -122,13 +122,18 @@ afm_abs() {
   if [[ -z $1 || $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "${PWD%/}/${1#./}"; fi
 }
 
-# afm_python ROOT: PYTHON when set, else the interpreter of the AFM_VENV virtual environment (default .venv, relative
-# to ROOT) when it exists, else python3.
+# afm_python ROOT [VENV_VAR [VENV_DEFAULT [OVERRIDE_VAR]]]: the one interpreter lookup of every script. The value of
+# OVERRIDE_VAR (default PYTHON; "" = none) when set, else the interpreter of the virtual environment that VENV_VAR
+# names (default AFM_VENV, itself defaulting to VENV_DEFAULT, .venv; relative to ROOT) when it exists, else python3.
+#   afm_python "$ROOT"                             the SFT/eval/inference side: PYTHON, .venv, python3
+#   afm_python "$ROOT" AFM_RL_VENV .venv-rl        the RL side: PYTHON, .venv-rl, python3
+#   afm_python "$ROOT" AFM_VENV .venv AFM_PYTHON   the tool servers: AFM_PYTHON, .venv, python3
 afm_python() {
-  local venv=${AFM_VENV:-.venv}
-  [[ $venv == /* ]] || venv=$1/$venv
-  if [[ -n ${PYTHON:-} ]]; then
-    printf '%s' "$PYTHON"
+  local root=$1 venv_var=${2:-AFM_VENV} venv_default=${3:-.venv} override_var=${4-PYTHON}
+  local venv=${!venv_var:-$venv_default}
+  [[ $venv == /* ]] || venv=$root/$venv
+  if [[ -n $override_var && -n ${!override_var:-} ]]; then
+    printf '%s' "${!override_var}"
   elif [[ -x $venv/bin/python ]]; then
     printf '%s' "$venv/bin/python"
   else

@@ -41,13 +41,7 @@ BIND="${AFM_SERVER_BIND:-127.0.0.1}"
 START_TIMEOUT="${AFM_START_TIMEOUT:-120}"
 ALL_NAMES=(search wiki crawl demo_site)
 
-if [[ -n "${AFM_PYTHON:-}" ]]; then
-  PY="$AFM_PYTHON"
-elif [[ -x "$REPO/${AFM_VENV:-.venv}/bin/python" ]]; then
-  PY="$REPO/${AFM_VENV:-.venv}/bin/python"
-else
-  PY="python3"
-fi
+PY="$(afm_python "$REPO" AFM_VENV .venv AFM_PYTHON)"
 
 # The comment block at the top of this file, without the "# ".
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
