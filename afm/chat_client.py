@@ -60,7 +60,7 @@ class ChatEndpoint:
 
     base_url: str = ""
     model: str = ""
-    api_key: str = ""
+    api_key: str = field(default="", repr=False)  # a config printed in a log never shows its key
     timeout_s: float = 120.0  # seconds per HTTP request, whole reply included
     retries: int = 3  # attempts = 1 + retries
     backoff: float = 1.0  # wait before the first retry; doubles each retry (with jitter)

@@ -58,6 +58,7 @@ def test_judge_and_selector_read_the_variables_users_set(monkeypatch):
     assert selector.endpoint == ChatEndpoint("http://judge/v1", "grader", api_key="sk-1", timeout_s=11.0, retries=4)
     assert not JudgeConfig.from_env({}).configured
     assert config_summary(judge)["endpoint"]["api_key"] == "***"
+    assert "sk-1" not in repr(judge) and "sk-1" not in str(judge.endpoint)
 
 
 def test_summary_model_reads_summary_and_original_names(monkeypatch):
