@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Helpers shared by the launchers (sft_scripts/common.sh, experiments/common.sh) for reading and checking their
-# environment-variable knobs. Sourced, never run.
+# Helpers shared by the launchers (sft_scripts/common.sh, experiments/common.sh) and the data, inference, evaluation
+# and server scripts for reading their environment-variable knobs. Sourced, never run. The SFT and RL launchers'
+# checks live in afm/sft/knobs.py and afm/rl/knobs.py (afm_run_module runs them).
 
 afm_die() {
   echo "[afm] error: $*" >&2
@@ -10,11 +11,6 @@ afm_die() {
 afm_warn() {
   echo "[afm] warning: $*" >&2
 }
-
-afm_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
-afm_is_posint() { [[ $1 =~ ^[0-9]+$ && $1 -gt 0 ]]; }
-afm_is_int() { [[ $1 =~ ^-?[0-9]+$ ]]; }
-afm_is_number() { [[ $1 =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]]; }
 
 # true/false from the spellings people type (1/0, yes/no, on/off, any case); dies on anything else.
 afm_bool() {
