@@ -19,7 +19,8 @@
 #   VERIFIER_MODEL VERIFIER_BASE_URL   per-role overrides (empty = TEACHER_*)
 #   TEACHER_CONFIG    the teacher YAML (default configs/data/teacher.yaml); TEACHER_SET="k=v k2=v2" for --set
 # Run:
-#   INPUT (required) .jsonl/.json/.parquet questions; Q_KEY A_KEY ID_KEY name their fields (question/answer/id)
+#   INPUT (required) .jsonl/.json/.parquet questions; Q_KEY ANSWER_KEY ID_KEY name their fields (question/answer/id),
+#   as in inference/inference.sh and data/select_rl.sh (A_KEY, this script's former name, is an alias of ANSWER_KEY)
 #   OUT_DIR (runs/distill/<input name>)  RUNS_PER_QUESTION (1)  CONCURRENCY (8)  LIMIT (all questions)
 #   TASK (qa | web | math | code; default qa)  DATA_SOURCE (= TASK)  PROMPT_KEY (auto)
 #   TOOLS (e.g. web_search,crawl_page; default: the prompt's tools)  TOOLS_CONFIG (tools YAML, e.g.
@@ -51,7 +52,11 @@ PROMPT_KEY="${PROMPT_KEY:-}"
 TOOLS="${TOOLS:-}"
 TOOLS_CONFIG="${TOOLS_CONFIG:-}"
 Q_KEY="${Q_KEY:-question}"
-A_KEY="${A_KEY:-answer}"
+# A_KEY: the name this script used before; ANSWER_KEY wins when both are set.
+if [[ -n ${A_KEY:-} && -n ${ANSWER_KEY:-} && $A_KEY != "$ANSWER_KEY" ]]; then
+  afm_warn "A_KEY=$A_KEY is ignored: ANSWER_KEY=$ANSWER_KEY is also set (A_KEY is the former name of ANSWER_KEY)"
+fi
+ANSWER_KEY="${ANSWER_KEY:-${A_KEY:-answer}}"
 ID_KEY="${ID_KEY:-id}"
 PRICE="${PRICE:-}"
 SKIP_FILTER="${SKIP_FILTER:-0}"
@@ -73,7 +78,7 @@ KEPT="$OUT_DIR/kept.jsonl"
 
 distill=("$PYTHON" -m afm.cli data distill --input "$INPUT" --output "$RUNS" --config "$TEACHER_CONFIG"
          --runs-per-question "$RUNS_PER_QUESTION" --concurrency "$CONCURRENCY" --task "$TASK"
-         --q-key "$Q_KEY" --a-key "$A_KEY" --id-key "$ID_KEY")
+         --q-key "$Q_KEY" --a-key "$ANSWER_KEY" --id-key "$ID_KEY")
 [[ -n "$LIMIT" ]] && distill+=(--limit "$LIMIT")
 [[ -n "$DATA_SOURCE" ]] && distill+=(--data-source "$DATA_SOURCE")
 [[ -n "$PROMPT_KEY" ]] && distill+=(--prompt-key "$PROMPT_KEY")

@@ -14,7 +14,7 @@
 #   OUT_DIR       <repo>/data/rl    where the parquets go (what experiments/train_*.sh read by default)
 #   VAL_FRACTION  0.01          share of the training questions held out for validation when no *_VAL file exists
 #   AGENT_NAME    afm_agent     verl agent loop of the rows ("none" = verl's default_agent_loop)
-#   AFM           afm           the afm command (falls back to .venv/bin/afm, then .venv-rl/bin/afm)
+#   AFM           afm           the afm command (falls back to .venv/bin/afm, .venv-rl/bin/afm, then $PYTHON -m afm.cli)
 #   MAX_PROMPT_TOKENS + TOKENIZER   drop prompts longer than the training scripts' data.max_prompt_length
 #
 #   mhqa  NQ_TRAIN=$RAW_DIR/nq_train.jsonl  HOTPOTQA_TRAIN=$RAW_DIR/hotpotqa_train.jsonl
@@ -56,7 +56,7 @@ elif [[ -x $ROOT/.venv/bin/afm ]]; then
 elif [[ -x $ROOT/.venv-rl/bin/afm ]]; then
   afm=("$ROOT/.venv-rl/bin/afm")
 else
-  afm=(python -m afm.cli)
+  afm=("$(afm_python "$ROOT")" -m afm.cli)
 fi
 common=(--agent-name "$AGENT_NAME")
 if [[ -n ${MAX_PROMPT_TOKENS:-} ]]; then

@@ -14,6 +14,8 @@
 #
 # Where things run: multi-GPU nodes → vLLM/SGLang (the default); one GPU without them → ROLLOUT_ENGINE=hf;
 # no GPU → --local (or DEVICE=cpu ROLLOUT_ENGINE=hf with your own model and data).
+# The overrides of the hf engine and the CPU device, the toy task's build and SAVE_HF_MODEL are afm/rl/knobs.py's
+# (engine_overrides, prepare_local); this file holds the --local profile's defaults.
 
 # afm_rl_local_profile TASK: the --local defaults (only knobs the caller did not set).
 afm_rl_local_profile() {
@@ -35,67 +37,6 @@ afm_rl_local_profile() {
   : "${TEST_FREQ:=-1}" "${LOGGER:=console}" "${EXPERIMENT_NAME:=local_$task}"
   : "${CKPT_DIR:=$work/checkpoints}" "${AGENT_NUM_WORKERS:=1}" "${REWARD_NUM_WORKERS:=1}"
   : "${MAX_INFLIGHT_GEN_BATCHES:=1}" "${SAVE_HF_MODEL:=true}"
+  # shellcheck disable=SC2034  # passed on by afm_rl_main (experiments/common.sh)
   AFM_LOCAL_WORKDIR=$work
-}
-
-# afm_rl_local_prepare: build the toy parquet and policy when the profile's defaults point at them.
-afm_rl_local_prepare() {
-  local python=$1
-  [[ -n ${AFM_LOCAL_WORKDIR:-} ]] || return 0
-  if [[ $TRAIN_FILES == "$AFM_LOCAL_WORKDIR/toy_train.parquet" || $MODEL_PATH == "$AFM_LOCAL_WORKDIR/toy_policy" ]]; then
-    if [[ ! -f $AFM_LOCAL_WORKDIR/toy_train.parquet || ! -f $AFM_LOCAL_WORKDIR/toy_policy/afm_toy_policy.json ]]; then
-      echo "[afm] --local: building the toy task and policy in $AFM_LOCAL_WORKDIR"
-      "$python" -m afm.rl.local.toy "$AFM_LOCAL_WORKDIR" > /dev/null || afm_die "could not build the toy task"
-    fi
-  fi
-}
-
-# afm_rl_engine_overrides ENGINE DEVICE: Hydra overrides of the rollout engine and the device, one per line.
-afm_rl_engine_overrides() {
-  local engine=$1 device=$2
-  if [[ $engine == hf ]]; then
-    printf '%s\n' "actor_rollout_ref.rollout.tensor_model_parallel_size=1"
-  fi
-  if [[ $device == cpu ]]; then
-    printf '%s\n' \
-      "trainer.device=cpu" \
-      "actor_rollout_ref.actor.strategy=fsdp2" \
-      "actor_rollout_ref.ref.strategy=fsdp2" \
-      "actor_rollout_ref.model.use_remove_padding=False" \
-      "actor_rollout_ref.model.enable_gradient_checkpointing=False" \
-      "++actor_rollout_ref.model.override_config.attn_implementation=sdpa" \
-      "actor_rollout_ref.actor.use_torch_compile=False" \
-      "actor_rollout_ref.actor.fsdp_config.param_offload=False" \
-      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False" \
-      "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32" \
-      "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32" \
-      "++actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32" \
-      "++actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype=fp32" \
-      "actor_rollout_ref.rollout.free_cache_engine=False" \
-      "data.dataloader_num_workers=0" \
-      "++ray_kwargs.ray_init.num_gpus=$GPUS_PER_NODE_EFFECTIVE" \
-      "++ray_kwargs.ray_init.num_cpus=$((4 + 2 * GPUS_PER_NODE_EFFECTIVE))" \
-      "++transfer_queue.backend.SimpleStorage.num_data_storage_units=1"
-  fi
-}
-
-# afm_rl_checkpoint_overrides: with SAVE_HF_MODEL=true every checkpoint also holds the actor as a Hugging Face
-# model (global_step_N/actor/huggingface), ready for afm eval / afm infer without verl's model merger.
-afm_rl_checkpoint_overrides() {
-  local save_hf
-  save_hf=$(afm_bool SAVE_HF_MODEL "${SAVE_HF_MODEL:-false}")
-  if [[ $save_hf == true ]]; then
-    printf '%s\n' "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]" \
-      "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]"
-  fi
-}
-
-# afm_rl_device_env DEVICE: export what every process of a CPU run needs (Ray workers inherit it).
-afm_rl_device_env() {
-  local device=$1
-  # The replay buffer's fixed 2 s poll (afm/rl/local/patches.py) is replaced for every engine.
-  export AFM_VERL_POLL_S=${AFM_VERL_POLL_S:-0.02}
-  if [[ $device == cpu ]]; then
-    export VERL_PLATFORM=cpu OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
-  fi
 }

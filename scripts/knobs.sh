@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Helpers shared by the launchers (sft_scripts/common.sh, experiments/common.sh) for reading and checking their
-# environment-variable knobs. Sourced, never run.
+# Helpers shared by the launchers (sft_scripts/common.sh, experiments/common.sh) and the data, inference, evaluation
+# and server scripts for reading their environment-variable knobs. Sourced, never run. The SFT and RL launchers'
+# checks live in afm/sft/knobs.py and afm/rl/knobs.py (afm_run_module runs them).
 
 afm_die() {
   echo "[afm] error: $*" >&2
@@ -10,11 +11,6 @@ afm_die() {
 afm_warn() {
   echo "[afm] warning: $*" >&2
 }
-
-afm_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
-afm_is_posint() { [[ $1 =~ ^[0-9]+$ && $1 -gt 0 ]]; }
-afm_is_int() { [[ $1 =~ ^-?[0-9]+$ ]]; }
-afm_is_number() { [[ $1 =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]]; }
 
 # true/false from the spellings people type (1/0, yes/no, on/off, any case); dies on anything else.
 afm_bool() {
@@ -122,13 +118,18 @@ afm_abs() {
   if [[ -z $1 || $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "${PWD%/}/${1#./}"; fi
 }
 
-# afm_python ROOT: PYTHON when set, else the interpreter of the AFM_VENV virtual environment (default .venv, relative
-# to ROOT) when it exists, else python3.
+# afm_python ROOT [VENV_VAR [VENV_DEFAULT [OVERRIDE_VAR]]]: the one interpreter lookup of every script. The value of
+# OVERRIDE_VAR (default PYTHON; "" = none) when set, else the interpreter of the virtual environment that VENV_VAR
+# names (default AFM_VENV, itself defaulting to VENV_DEFAULT, .venv; relative to ROOT) when it exists, else python3.
+#   afm_python "$ROOT"                             the SFT/eval/inference side: PYTHON, .venv, python3
+#   afm_python "$ROOT" AFM_RL_VENV .venv-rl        the RL side: PYTHON, .venv-rl, python3
+#   afm_python "$ROOT" AFM_VENV .venv AFM_PYTHON   the tool servers: AFM_PYTHON, .venv, python3
 afm_python() {
-  local venv=${AFM_VENV:-.venv}
-  [[ $venv == /* ]] || venv=$1/$venv
-  if [[ -n ${PYTHON:-} ]]; then
-    printf '%s' "$PYTHON"
+  local root=$1 venv_var=${2:-AFM_VENV} venv_default=${3:-.venv} override_var=${4-PYTHON}
+  local venv=${!venv_var:-$venv_default}
+  [[ $venv == /* ]] || venv=$root/$venv
+  if [[ -n $override_var && -n ${!override_var:-} ]]; then
+    printf '%s' "${!override_var}"
   elif [[ -x $venv/bin/python ]]; then
     printf '%s' "$venv/bin/python"
   else
@@ -145,4 +146,28 @@ afm_limit_flags() {
   if [[ -n ${MAX_TOKENS_PER_TURN:-} ]]; then _afm_argv+=(--max-tokens-per-turn "$MAX_TOKENS_PER_TURN"); fi
   if [[ -n ${MAX_RESPONSE_TOKENS:-} ]]; then _afm_argv+=(--max-response-tokens "$MAX_RESPONSE_TOKENS"); fi
   if [[ -n ${MAX_MODEL_LEN:-} ]]; then _afm_argv+=(--max-model-len "$MAX_MODEL_LEN"); fi
+}
+
+# afm_env_default NAME: the literal default environment.sh states for NAME (its `export NAME="${NAME:-value}"`
+# line), so that a script run without `source environment.sh` uses the same value without writing it again (the
+# servers' ports are stated there only). Prints nothing when the file gives NAME no literal default.
+afm_env_default() {
+  local file
+  file="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/environment.sh"
+  [[ -r $file ]] || return 0
+  awk -v name="$1" '
+    index($0, "export " name "=\"${" name ":-") == 1 {
+      value = substr($0, length("export " name "=\"${" name ":-") + 1)
+      if (value ~ /^[^"$}]*}"[[:space:]]*$/) { sub(/}".*/, "", value); print value }
+      exit
+    }' "$file"
+}
+
+# afm_run_module PYTHON ROOT MODULE ARGS...: run afm's MODULE (e.g. afm.sft.knobs) with PYTHON from the checkout at
+# ROOT, whichever afm PYTHON may have installed, without putting ROOT on the PYTHONPATH of what MODULE starts.
+afm_run_module() {
+  local python=$1 root=$2
+  shift 2
+  "$python" -c 'import runpy, sys; sys.path[0] = sys.argv.pop(1); runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)' \
+    "$root" "$@"
 }

@@ -7,11 +7,11 @@
 #   bash server/start_servers.sh stop   [NAME ...]
 #   bash server/start_servers.sh restart [NAME ...]
 #
-# Names, modules and ports (source environment.sh first, or export the variables):
-#   search     python -m afm.servers.search_server   WEBSEARCH_PORT     (9001)
-#   wiki       python -m afm.servers.wiki_server     WIKI_RAG_PORT      (8000)
-#   crawl      python -m afm.servers.crawl_server    CRAWL_PAGE_PORT    (9000)
-#   demo_site  python -m afm.servers.demo_site       AFM_DEMO_SITE_PORT (9002)
+# Names, modules and port variables (unset ones take the default environment.sh states; source it or export them):
+#   search     python -m afm.servers.search_server   WEBSEARCH_PORT
+#   wiki       python -m afm.servers.wiki_server     WIKI_RAG_PORT
+#   crawl      python -m afm.servers.crawl_server    CRAWL_PAGE_PORT
+#   demo_site  python -m afm.servers.demo_site       AFM_DEMO_SITE_PORT
 # Other settings:
 #   AFM_RUN_DIR        run folder: <name>.pid, <name>.log, demo corpora (default <repo>/runs/servers)
 #   AFM_PYTHON         interpreter (default $AFM_VENV/bin/python if it exists, else python3)
@@ -34,18 +34,14 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=../scripts/knobs.sh
+source "$REPO/scripts/knobs.sh"
 RUN_DIR="${AFM_RUN_DIR:-$REPO/runs/servers}"
 BIND="${AFM_SERVER_BIND:-127.0.0.1}"
 START_TIMEOUT="${AFM_START_TIMEOUT:-120}"
 ALL_NAMES=(search wiki crawl demo_site)
 
-if [[ -n "${AFM_PYTHON:-}" ]]; then
-  PY="$AFM_PYTHON"
-elif [[ -x "$REPO/${AFM_VENV:-.venv}/bin/python" ]]; then
-  PY="$REPO/${AFM_VENV:-.venv}/bin/python"
-else
-  PY="python3"
-fi
+PY="$(afm_python "$REPO" AFM_VENV .venv AFM_PYTHON)"
 
 # The comment block at the top of this file, without the "# ".
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
@@ -60,13 +56,16 @@ module_of() {
   esac
 }
 
+# The port variable of each server; unset, its value is environment.sh's default (the one place ports are stated).
 port_of() {
+  local var
   case "$1" in
-    search) echo "${WEBSEARCH_PORT:-9001}" ;;
-    wiki) echo "${WIKI_RAG_PORT:-8000}" ;;
-    crawl) echo "${CRAWL_PAGE_PORT:-9000}" ;;
-    demo_site) echo "${AFM_DEMO_SITE_PORT:-9002}" ;;
+    search) var=WEBSEARCH_PORT ;;
+    wiki) var=WIKI_RAG_PORT ;;
+    crawl) var=CRAWL_PAGE_PORT ;;
+    demo_site) var=AFM_DEMO_SITE_PORT ;;
   esac
+  if [[ -n "${!var:-}" ]]; then echo "${!var}"; else afm_env_default "$var"; fi
 }
 
 # uvicorn workers (the demo site is a plain threaded server without that flag).

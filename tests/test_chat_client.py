@@ -53,13 +53,13 @@ def test_client_errors_fail_at_once_and_retries_are_bounded(llm):
     llm.reset()
     llm.queue(*[{"status": 500, "content": "down"}] * 3)
     with pytest.raises(ChatError, match="after 3 attempt") as err:
-        call(llm, [{"role": "user", "content": "x"}], max_retries=2)
+        call(llm, [{"role": "user", "content": "x"}], retries=2)
     assert err.value.status == 500
 
 
 def test_check_rejects_replies_like_failed_attempts(llm):
     async def go(check):
-        client = ChatClient(ChatEndpoint(llm.base_url, "m", backoff=0.01, max_retries=1))
+        client = ChatClient(ChatEndpoint(llm.base_url, "m", backoff=0.01, retries=1))
         try:
             return await client.complete([{"role": "user", "content": "x"}], check=check)
         finally:
@@ -78,4 +78,4 @@ def test_timeout_is_retried_then_reported(llm):
     llm.reset()
     llm.queue({"delay": 2.0, "content": "late"}, {"delay": 2.0, "content": "late"})
     with pytest.raises(ChatError, match="timed out"):
-        call(llm, [{"role": "user", "content": "x"}], timeout=0.3, max_retries=1)
+        call(llm, [{"role": "user", "content": "x"}], timeout_s=0.3, retries=1)

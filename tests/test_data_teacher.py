@@ -163,8 +163,8 @@ def test_role_config_merging_and_env(monkeypatch, tmp_path):
     monkeypatch.setenv("TEACHER_MODEL", "big")
     monkeypatch.setenv("VERIFIER_MODEL", "judge")
     cfg = load_teacher_config("configs/data/teacher.yaml", ["roles.reflector.temperature=0.1"])
-    assert cfg.role("planner").model == "big" and cfg.role("verifier").model == "judge"
-    assert cfg.role("crawl_page_agent").model == "big" and cfg.role("code_agent").max_tokens == 4096
+    assert cfg.role("planner").endpoint.model == "big" and cfg.role("verifier").endpoint.model == "judge"
+    assert cfg.role("crawl_page_agent").endpoint.model == "big" and cfg.role("code_agent").max_tokens == 4096
     assert cfg.role("reflector").temperature == 0.1
     bad = tmp_path / "bad.yaml"
     bad.write_text("budgets: {max_tool_cals: 3}\n")

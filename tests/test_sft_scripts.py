@@ -305,6 +305,33 @@ def test_bad_input_fails_with_a_clear_message(env, args, message):
     assert "[afm] command:" not in proc.stdout
 
 
+def test_datasets_are_looked_up_as_dataset_info_keys_not_by_text(tmp_path):
+    # A name that appears in dataset_info.json only as a field ("file_name", "columns") is no dataset.
+    for name in ("file_name", "columns"):
+        proc = run_script("web_agent/sft_qwen2.5_7b.sh", {"DATASET": name})
+        assert proc.returncode == 2 and f"dataset '{name}' is not in" in proc.stderr
+    (tmp_path / "dataset_info.json").write_text('{"a": {"file_name": "a.json"},')
+    proc = run_script("web_agent/sft_qwen2.5_7b.sh", {"DATASET_DIR": str(tmp_path), "DATASET": "a"})
+    assert proc.returncode == 2 and "is not readable JSON" in proc.stderr
+
+
+def test_the_settings_module_prints_the_exact_command_the_script_does():
+    """afm/sft/knobs.py is what the scripts run: called directly, its dry run is the script's, word for word."""
+    env = {"CUDA_VISIBLE_DEVICES": "0", "LEARNING_RATE": "2e-6", "AFM_SFT": "/opt/afm/bin/afm-sft"}
+    script = run_script("code_agent/sft_qwen2.5_7b.sh", env)
+    module = subprocess.run(
+        [sys.executable, "-m", "afm.sft.knobs", "--dry-run", "--stage=sft",
+         "--script=sft_scripts/code_agent/sft_qwen2.5_7b.sh",
+         f"--root={REPO}", f"--cwd={REPO}", "--model=Qwen/Qwen2.5-Coder-7B-Instruct",
+         "--output=saves/AFM-CodeAgent-7B-sft", "--dataset=code_agent_sft", "--default=LEARNING_RATE=3e-5",
+         "--default=GRADIENT_ACCUMULATION=4", "--default=EPOCHS=2.0", "--launcher=/opt/afm/bin/afm-sft"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(REPO), **env}, cwd=REPO, capture_output=True, text=True,
+        timeout=60)
+    assert module.returncode == 0, module.stderr
+    assert module.stdout == script.stdout
+    assert flags(command_args(module.stdout))["learning_rate"] == "2e-6"  # the knob wins over the script default
+
+
 # ---- a real launch, with a fake launcher -----------------------------------------------------------------------
 
 

@@ -197,3 +197,18 @@ def _infer_default(flag: str) -> object:
     parser = argparse.ArgumentParser()
     add_args(parser)
     return parser.get_default(flag.replace("-", "_"))
+
+
+@pytest.mark.parametrize("script", ["data/distill.sh", "data/select_rl.sh", "inference/inference.sh"])
+def test_the_answer_column_knob_is_answer_key_everywhere(script, tmp_path):
+    """One name for the answer column: ANSWER_KEY (distill.sh's former A_KEY is an alias, ANSWER_KEY winning)."""
+    fake = _fake_python(tmp_path)
+    env = {**DRY_RUN_CASES[script], "PYTHON": str(fake), "DRY_RUN": "1", "ANSWER_KEY": "gold"}
+    proc = _run(script, cwd=tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert "ANSWER_KEY" in (REPO / script).read_text().split("set -euo pipefail")[0]
+    assert any(w in proc.stdout for w in ("--answer-key gold", "--a-key gold")), proc.stdout
+    if script == "data/distill.sh":
+        assert "--a-key old" in _run(script, cwd=tmp_path, **{**env, "ANSWER_KEY": "", "A_KEY": "old"}).stdout
+        both = _run(script, cwd=tmp_path, **{**env, "A_KEY": "old"})
+        assert "--a-key gold" in both.stdout and "A_KEY=old is ignored" in both.stderr

@@ -27,17 +27,17 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from afm.chat_client import ChatClient, ChatEndpoint, ChatError, counted_complete
+from afm.chat_client import ChatClient, ChatEndpoint, ChatError, counted_complete, holds_endpoint
 from afm.kvcache import KVCache, cache_key, cache_location, open_cache
+from afm.rewards.judge import DEFAULT_MODEL  # the selector calls the judge's endpoint (GRM_*)
 from afm.rewards.qa import normalize_answer
 
 logger = logging.getLogger(__name__)
 
 PROMPT_VERSION = "afm-select-v1"
-DEFAULT_MODEL = "gpt-4.1-mini"
 SYSTEM_PROMPT = "You compare candidate answers to a question and pick the one most likely to be correct."
 PROMPT_TEMPLATE = """Question: {question}
 
@@ -51,6 +51,8 @@ Reply with one JSON object and nothing else:
 {{"rationale": "<one or two sentences>", "best": <candidate number from 1 to {n}>}}"""
 
 _OFF = ("", "off", "none", "0", "false", "disabled")
+# The judge's endpoint variables (GRM_BASE_URL, GRM_API_KEY, GRM_MODEL_NAME) with the selector's own timeout.
+ENV_NAMES: dict[str, str | None] = {"model": "GRM_MODEL_NAME", "timeout_s": "AFM_SELECTOR_TIMEOUT", "retries": None}
 _BOXED = "\\boxed{"
 _CHOICE_KEYS = ("best", "choice", "chosen", "candidate", "index", "selected", "selection", "answer", "best_candidate")
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
@@ -203,17 +205,21 @@ def default_cache_location() -> str:
     return cache_location("AFM_SELECTOR_CACHE", "selector.sqlite")
 
 
+def default_endpoint() -> ChatEndpoint:
+    """The selector's endpoint before the environment is read: no URL (majority vote), 60 s, 4 retries."""
+    return ChatEndpoint(model=DEFAULT_MODEL, timeout_s=60.0, retries=4)
+
+
+@holds_endpoint
 @dataclass(frozen=True)
 class SelectorConfig:
-    """Where the selector model is and how it is called; :meth:`from_env` reads ``GRM_*``/``AFM_SELECTOR_*``."""
+    """Where the selector model is (``endpoint``) and how it is called; :meth:`from_env` reads ``GRM_*`` and
+    ``AFM_SELECTOR_*``.
 
-    base_url: str | None = None  # OpenAI-compatible base URL ending in /v1; None = majority vote only
-    api_key: str | None = None
-    model: str = DEFAULT_MODEL
-    timeout: float = 60.0  # seconds per HTTP request
-    max_retries: int = 4  # attempts = 1 + max_retries
-    backoff: float = 1.0  # first retry wait; doubles each retry (with jitter)
-    max_backoff: float = 30.0
+    The endpoint's fields may also be given flat (``SelectorConfig(base_url=..., max_retries=3)``).
+    """
+
+    endpoint: ChatEndpoint = field(default_factory=default_endpoint)  # no base_url = majority vote only
     concurrency: int = 32  # requests in flight per batch
     temperature: float = 0.0
     max_tokens: int = 1024
@@ -221,27 +227,23 @@ class SelectorConfig:
     cache_ttl: float | None = None
 
     def __post_init__(self) -> None:
-        checks = {"timeout": self.timeout > 0, "max_retries": self.max_retries >= 0, "backoff": self.backoff >= 0,
-                  "concurrency": self.concurrency >= 1, "max_tokens": self.max_tokens >= 1}
+        checks = {"concurrency": self.concurrency >= 1, "max_tokens": self.max_tokens >= 1}
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"invalid SelectorConfig values: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
 
     @property
     def configured(self) -> bool:
-        return bool(self.base_url)
+        return self.endpoint.configured
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> SelectorConfig:
-        """Config from the environment, then ``overrides`` (field names) on top."""
+        """Config from the environment, then ``overrides`` (field names, endpoint fields included) on top."""
         env = os.environ if env is None else env
-        values: dict[str, Any] = {"base_url": env.get("GRM_BASE_URL") or None,
-                                  "api_key": env.get("GRM_API_KEY") or None,
-                                  "model": env.get("GRM_MODEL_NAME") or DEFAULT_MODEL}
-        for name, var, cast in (("concurrency", "AFM_SELECTOR_CONCURRENCY", int),
-                                ("timeout", "AFM_SELECTOR_TIMEOUT", float)):
-            if env.get(var):
-                values[name] = cast(env[var])
+        endpoint = ChatEndpoint.from_env("GRM_", env, names=ENV_NAMES, **asdict(default_endpoint()))
+        values: dict[str, Any] = {"endpoint": endpoint}
+        if env.get("AFM_SELECTOR_CONCURRENCY"):
+            values["concurrency"] = int(env["AFM_SELECTOR_CONCURRENCY"])
         if "AFM_SELECTOR_CACHE" in env:
             values["cache"] = env["AFM_SELECTOR_CACHE"]
         values.update(overrides)
@@ -283,7 +285,7 @@ class JudgeSelector:
         return self.config.configured
 
     def cache_key(self, question: str, candidates: Sequence[Any]) -> str:
-        return cache_key(self.config.model, PROMPT_VERSION, question,
+        return cache_key(self.config.endpoint.model, PROMPT_VERSION, question,
                          json.dumps([None if c is None else str(c) for c in candidates], ensure_ascii=False))
 
     def _get_cache(self) -> KVCache | None:
@@ -310,9 +312,7 @@ class JudgeSelector:
                     for _, c in items]
         cfg = self.config
         sem = asyncio.Semaphore(cfg.concurrency)
-        client = ChatClient(ChatEndpoint(cfg.base_url or "", cfg.model, api_key=cfg.api_key or "",
-                                         timeout=cfg.timeout, max_retries=cfg.max_retries, backoff=cfg.backoff,
-                                         max_backoff=cfg.max_backoff, max_connections=cfg.concurrency))
+        client = ChatClient(replace(cfg.endpoint, max_connections=cfg.concurrency))
         try:
             return list(await asyncio.gather(*(self._select(client, sem, q, list(c)) for q, c in items)))
         finally:
@@ -356,7 +356,7 @@ class JudgeSelector:
 
     async def _ask(self, client: ChatClient, sem: asyncio.Semaphore, messages: list[dict[str, str]],
                    n: int) -> tuple[int | None, str, str]:
-        """``(index, rationale, last_error)`` after up to ``1 + max_retries`` attempts."""
+        """``(index, rationale, last_error)`` after up to ``1 + endpoint.retries`` attempts."""
         cfg = self.config
         chosen: list[int] = []
 

@@ -35,7 +35,14 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from afm.chat_client import ChatClient, ChatEndpoint, ChatError, counted_complete
+from afm.chat_client import (
+    ENDPOINT_ALIASES,
+    ChatClient,
+    ChatEndpoint,
+    ChatError,
+    counted_complete,
+    holds_endpoint,
+)
 from afm.kvcache import KVCache, cache_key, cache_location, open_cache
 from afm.rewards.ground_truth import GroundTruth
 from afm.rewards.qa import qa_match, resolve_mode
@@ -64,6 +71,8 @@ Reply with one JSON object and nothing else:
 {{"rationale": "<one or two sentences>", "judgement": "correct" or "incorrect"}}"""
 
 _OFF = ("", "off", "none", "0", "false", "disabled")
+# GRM_BASE_URL and GRM_API_KEY follow ChatEndpoint.from_env's names; these are the ones users set today.
+ENV_NAMES: dict[str, str | None] = {"model": "GRM_MODEL_NAME", "timeout_s": "AFM_JUDGE_TIMEOUT", "retries": None}
 
 
 def default_cache_location() -> str:
@@ -71,17 +80,20 @@ def default_cache_location() -> str:
     return cache_location("AFM_JUDGE_CACHE", "judge.sqlite")
 
 
+def default_endpoint() -> ChatEndpoint:
+    """The judge's endpoint before the environment is read: no URL (no judge), 60 s per request, 4 retries."""
+    return ChatEndpoint(model=DEFAULT_MODEL, timeout_s=60.0, retries=4)
+
+
+@holds_endpoint
 @dataclass(frozen=True)
 class JudgeConfig:
-    """Where the judge is and how it behaves; :meth:`from_env` reads the ``GRM_*``/``AFM_JUDGE_*`` variables."""
+    """Where the judge is (``endpoint``) and how it behaves; :meth:`from_env` reads ``GRM_*``/``AFM_JUDGE_*``.
 
-    base_url: str | None = None  # OpenAI-compatible base URL ending in /v1; None = no judge configured
-    api_key: str | None = None
-    model: str = DEFAULT_MODEL
-    timeout: float = 60.0  # seconds per HTTP request, whole reply included
-    max_retries: int = 4  # attempts = 1 + max_retries
-    backoff: float = 1.0  # wait before the first retry; doubles each retry (with jitter)
-    max_backoff: float = 30.0
+    The endpoint's fields may also be given flat (``JudgeConfig(base_url=..., timeout=5.0, max_retries=1)``).
+    """
+
+    endpoint: ChatEndpoint = field(default_factory=default_endpoint)  # no base_url = no judge configured
     concurrency: int = 64  # requests in flight per Judge instance
     k: int = 1  # votes per verdict (majority)
     temperature: float = 0.0
@@ -90,8 +102,7 @@ class JudgeConfig:
     cache_ttl: float | None = None  # seconds; None keeps verdicts forever
 
     def __post_init__(self) -> None:
-        checks = {"timeout": self.timeout > 0, "max_retries": self.max_retries >= 0, "backoff": self.backoff >= 0,
-                  "concurrency": self.concurrency >= 1, "k": self.k >= 1, "max_tokens": self.max_tokens >= 1}
+        checks = {"concurrency": self.concurrency >= 1, "k": self.k >= 1, "max_tokens": self.max_tokens >= 1}
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"invalid JudgeConfig values: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
@@ -99,19 +110,15 @@ class JudgeConfig:
     @property
     def configured(self) -> bool:
         """True when a judge endpoint is set."""
-        return bool(self.base_url)
+        return self.endpoint.configured
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> JudgeConfig:
-        """Config from the environment, then ``overrides`` (field names) on top."""
+        """Config from the environment, then ``overrides`` (field names, endpoint fields included) on top."""
         env = os.environ if env is None else env
-        values: dict[str, Any] = {
-            "base_url": env.get("GRM_BASE_URL") or None,
-            "api_key": env.get("GRM_API_KEY") or None,
-            "model": env.get("GRM_MODEL_NAME") or DEFAULT_MODEL,
-        }
-        for name, var, cast in (("concurrency", "AFM_JUDGE_CONCURRENCY", int), ("timeout", "AFM_JUDGE_TIMEOUT", float),
-                                ("k", "AFM_JUDGE_K", int)):
+        endpoint = ChatEndpoint.from_env("GRM_", env, names=ENV_NAMES, **asdict(default_endpoint()))
+        values: dict[str, Any] = {"endpoint": endpoint}
+        for name, var, cast in (("concurrency", "AFM_JUDGE_CONCURRENCY", int), ("k", "AFM_JUDGE_K", int)):
             if env.get(var):
                 values[name] = cast(env[var])
         if "AFM_JUDGE_CACHE" in env:
@@ -232,16 +239,13 @@ class Judge:
     def _http(self) -> ChatClient:
         if self._client is None:
             cfg = self.config
-            self._client = ChatClient(ChatEndpoint(cfg.base_url or "", cfg.model, api_key=cfg.api_key or "",
-                                                   timeout=cfg.timeout, max_retries=cfg.max_retries,
-                                                   backoff=cfg.backoff, max_backoff=cfg.max_backoff,
-                                                   max_connections=cfg.concurrency))
+            self._client = ChatClient(replace(cfg.endpoint, max_connections=cfg.concurrency))
             self._sem = asyncio.Semaphore(cfg.concurrency)
         return self._client
 
     def cache_key(self, question: str, golds: Sequence[str], prediction: str) -> str:
         """The cache key of a verdict."""
-        return cache_key(self.config.model, PROMPT_VERSION, self.config.k, question,
+        return cache_key(self.config.endpoint.model, PROMPT_VERSION, self.config.k, question,
                          json.dumps(list(golds), ensure_ascii=False), prediction)
 
     async def _judge(self, question: str, golds: list[str], prediction: str) -> Verdict:
@@ -284,7 +288,7 @@ class Judge:
             reply = await counted_complete(client, messages, stats=self.stats, limit=self._sem, check=check,
                                            temperature=cfg.temperature, max_tokens=cfg.max_tokens)
         except ChatError as exc:
-            if exc.attempts > cfg.max_retries:
+            if exc.attempts > cfg.endpoint.retries:
                 logger.warning("judge gave up: %s", exc)
             return None, "", exc.attempts, f"judge {exc}"
         verdict, rationale = parsed[-1]
@@ -293,7 +297,9 @@ class Judge:
 
 _JUDGES: dict[JudgeConfig, Judge] = {}
 _JUDGES_LOCK = threading.Lock()
-_JUDGE_FIELDS = frozenset(f.name for f in fields(JudgeConfig))
+# Options judge_<name> of compute_score: the config's fields and its endpoint's (older names included).
+_JUDGE_FIELDS = frozenset({f.name for f in fields(JudgeConfig)} - {"endpoint"} | {f.name for f in fields(ChatEndpoint)}
+                          | set(ENDPOINT_ALIASES))
 
 
 def judge_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -330,9 +336,7 @@ def _close_judges() -> None:
 
 def config_summary(config: JudgeConfig) -> dict[str, Any]:
     """The config without the API key (for logs and reports)."""
-    data = asdict(config)
-    data["api_key"] = "***" if config.api_key else None
-    return data
+    return {**asdict(config), "endpoint": config.endpoint.redacted()}
 
 
 # -- registry scorers ----------------------------------------------------------------------------------------

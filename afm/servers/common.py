@@ -15,12 +15,15 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+
+from afm.env_defaults import default_port
 
 TOKEN_ENV = "AFM_SERVER_TOKEN"
 
@@ -28,6 +31,65 @@ TOKEN_ENV = "AFM_SERVER_TOKEN"
 def redact(secret: str | None) -> str:
     """How a secret may appear in logs: whether it is set, never its value."""
     return "<set>" if secret else "<unset>"
+
+
+class EnvReader:
+    """A server's settings from environment variables, read one way by every server (CLI flags become variables).
+
+    Unset and empty both mean "the default" (except :meth:`raw`); surrounding spaces are ignored; a value of the
+    wrong kind raises a ValueError that names the variable, which each server turns into a start-up error.
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = os.environ if env is None else env
+
+    def raw(self, name: str, default: str = "") -> str:
+        """The value as set, empty included (``WEB_SEARCH_CACHE=`` means no cache); ``default`` when unset."""
+        return self.env.get(name, default)
+
+    def text(self, name: str, default: str = "") -> str:
+        """The stripped value, ``default`` when unset or empty."""
+        return (self.env.get(name) or "").strip() or default
+
+    def optional(self, name: str) -> str | None:
+        """The stripped value, None when unset or empty."""
+        return self.text(name) or None
+
+    def number(self, name: str, default: float) -> float:
+        return self._parse(name, default, float)
+
+    def integer(self, name: str, default: int) -> int:
+        return self._parse(name, default, int)
+
+    def choice(self, name: str, default: str, choices: Iterable[str], *, fold_case: bool = False) -> str:
+        """The value (lower-cased with ``fold_case``), which must be one of ``choices``."""
+        value = self.text(name, default)
+        value = value.lower() if fold_case else value
+        options = tuple(choices)
+        if value not in options:
+            raise ValueError(f"{name}={value!r}: expected one of {', '.join(options)}")
+        return value
+
+    def _parse(self, name: str, default: Any, kind: type) -> Any:
+        raw = self.text(name)
+        if not raw:
+            return default
+        try:
+            return kind(raw)
+        except ValueError:
+            raise ValueError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
+
+
+def flags_to_env(args: argparse.Namespace, variables: Mapping[str, str], paths: Iterable[str] = ()) -> dict[str, str]:
+    """``{variable: value}`` for each CLI flag in ``variables`` (flag dest -> variable) that was given; the flags in
+    ``paths`` are made absolute, because the workers may run from another directory."""
+    paths = set(paths)
+    env: dict[str, str] = {}
+    for flag, var in variables.items():
+        value = getattr(args, flag)
+        if value is not None:
+            env[var] = str(Path(value).resolve()) if flag in paths else str(value)
+    return env
 
 
 class LatencyMetrics:
@@ -134,13 +196,18 @@ class _ServerArgParser(argparse.ArgumentParser):
         return parsed
 
 
-def server_arg_parser(description: str, default_port: int) -> argparse.ArgumentParser:
-    """Common CLI flags: --host (127.0.0.1), --port, --workers, --token, --log-level."""
+def server_arg_parser(description: str, port_var: str) -> argparse.ArgumentParser:
+    """Common CLI flags: --host (127.0.0.1), --port (``$port_var``), --workers, --token, --log-level."""
     p = _ServerArgParser(description=description)
     p.add_argument("--host", default=os.environ.get("AFM_SERVER_BIND", "127.0.0.1"),
                    help="address to bind (default $AFM_SERVER_BIND or 127.0.0.1); any other than loopback "
                         "(0.0.0.0, the host's address) exposes the server to the network and needs a token")
-    p.add_argument("--port", type=int, default=default_port)
+    try:
+        port = default_port(port_var)
+    except ValueError as exc:
+        p.error(str(exc))
+    p.add_argument("--port", type=int, default=port, required=port is None,
+                   help=f"port (default ${port_var}, else environment.sh's default for it)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     p.add_argument("--token", default=None, help=f"bearer token required by every route but /health "
                                                  f"(default: ${TOKEN_ENV}; empty = no auth)")

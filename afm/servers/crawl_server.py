@@ -1,6 +1,6 @@
 """The crawl server: ``POST /crawl_page`` fetches pages, extracts their main text and summarises it for the agent.
 
-    python -m afm.servers.crawl_server [--port 9000] [--allow 10.0.0.0/8] [--cache PATH|redis://...] [--workers N]
+    python -m afm.servers.crawl_server [--port PORT] [--allow 10.0.0.0/8] [--cache PATH|redis://...] [--workers N]
 
 Request ``{urls, task, web_search_query, think_content, summary_type, chunk_size}``: ``urls`` is a list or one
 ``|``-separated string (markdown links ``[text](http...)`` are accepted); ``summary_type`` is ``none``, ``once``,
@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from afm.kvcache import KVCache, cache_key, open_cache
 from afm.servers.body import BadRequest, read_json, validate
-from afm.servers.common import create_app, redact, serve, server_arg_parser
+from afm.servers.common import EnvReader, create_app, flags_to_env, redact, serve, server_arg_parser
 from afm.servers.fetch import DEFAULT_JINA_BASE_URL, FetchLimits, FetchResult, PageFetcher, tls_context
 from afm.servers.ssrf import ALLOW_ENV, AllowList, UrlPolicy
 from afm.servers.summarize import (
@@ -51,25 +51,15 @@ from afm.servers.summarize import (
     Summarizer,
     SummaryBudget,
     alias_notes,
-    env_number,
 )
 from afm.servers.worker_metrics import RUN_ID_ENV, WorkerMetrics, new_run_id
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 9000
 MAX_URL_CHARS = 4096
 _MD_LINK = re.compile(r"^\[[^\]]*\]\((\S+?)\)$")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _EMBEDDED_URL = re.compile(r"https?://[^\s<>\"'\])]+")
-
-
-def _env_float(name: str, default: float) -> float:
-    return env_number(name, default, float)
-
-
-def _env_int(name: str, default: int) -> int:
-    return env_number(name, default, int)
 
 
 @dataclass(frozen=True)
@@ -90,29 +80,25 @@ class CrawlSettings:
 
     @classmethod
     def from_env(cls) -> CrawlSettings:
-        env = os.environ
-        mode = (env.get("CRAWL_SUMMARY_TYPE") or cls.default_mode).strip()
-        if mode not in SUMMARY_MODES:
-            raise ValueError(f"CRAWL_SUMMARY_TYPE={mode!r}: expected one of {', '.join(SUMMARY_MODES)}")
-        AllowList.parse(env.get(ALLOW_ENV, ""))  # a bad entry is an error at start, not a silent refusal later
-        fmt = (env.get("CRAWL_TEXT_FORMAT") or "markdown").strip()
-        if fmt not in ("markdown", "txt"):
-            raise ValueError(f"CRAWL_TEXT_FORMAT={fmt!r}: expected markdown or txt")
-        limits = FetchLimits(max_bytes=_env_int("CRAWL_MAX_BYTES", FetchLimits.max_bytes),
-                             max_redirects=_env_int("CRAWL_MAX_REDIRECTS", FetchLimits.max_redirects),
-                             timeout_s=_env_float("CRAWL_FETCH_TIMEOUT", FetchLimits.timeout_s),
+        env = EnvReader()
+        mode = env.choice("CRAWL_SUMMARY_TYPE", cls.default_mode, SUMMARY_MODES)
+        AllowList.parse(env.raw(ALLOW_ENV))  # a bad entry is an error at start, not a silent refusal later
+        fmt = env.choice("CRAWL_TEXT_FORMAT", "markdown", ("markdown", "txt"))
+        limits = FetchLimits(max_bytes=env.integer("CRAWL_MAX_BYTES", FetchLimits.max_bytes),
+                             max_redirects=env.integer("CRAWL_MAX_REDIRECTS", FetchLimits.max_redirects),
+                             timeout_s=env.number("CRAWL_FETCH_TIMEOUT", FetchLimits.timeout_s),
                              output_format=fmt)  # type: ignore[arg-type]
-        return cls(allow=env.get(ALLOW_ENV, ""),
-                   cache=env.get("CRAWL_CACHE", cls.cache),
-                   cache_ttl_s=_env_float("CRAWL_CACHE_TTL", cls.cache_ttl_s),
+        return cls(allow=env.raw(ALLOW_ENV),
+                   cache=env.raw("CRAWL_CACHE", cls.cache),
+                   cache_ttl_s=env.number("CRAWL_CACHE_TTL", cls.cache_ttl_s),
                    default_mode=mode,
-                   request_timeout_s=_env_float("CRAWL_REQUEST_TIMEOUT", cls.request_timeout_s),
-                   max_urls=_env_int("CRAWL_MAX_URLS", cls.max_urls),
-                   max_body_bytes=_env_int("CRAWL_MAX_BODY_BYTES", cls.max_body_bytes),
+                   request_timeout_s=env.number("CRAWL_REQUEST_TIMEOUT", cls.request_timeout_s),
+                   max_urls=env.integer("CRAWL_MAX_URLS", cls.max_urls),
+                   max_body_bytes=env.integer("CRAWL_MAX_BODY_BYTES", cls.max_body_bytes),
                    limits=limits,
-                   jina_api_key=env.get("JINA_API_KEY", ""),
-                   jina_base_url=env.get("JINA_READER_BASE_URL") or DEFAULT_JINA_BASE_URL,
-                   ca_bundle=env.get("CRAWL_CA_BUNDLE", ""))
+                   jina_api_key=env.raw("JINA_API_KEY"),
+                   jina_base_url=env.text("JINA_READER_BASE_URL", DEFAULT_JINA_BASE_URL),
+                   ca_bundle=env.raw("CRAWL_CA_BUNDLE"))
 
 
 class CrawlRequest(BaseModel):
@@ -312,7 +298,7 @@ def build_crawler(settings: CrawlSettings, llm: LLMSettings | None = None,
     policy = UrlPolicy(AllowList.parse(settings.allow))
     fetcher = PageFetcher(policy, settings.limits, jina_api_key=settings.jina_api_key,
                           jina_base_url=settings.jina_base_url, verify=tls_context(settings.ca_bundle))
-    summarizer = Summarizer(ChatClient(llm) if llm.base_url else None, budget or SummaryBudget.from_env())
+    summarizer = Summarizer(ChatClient(llm) if llm.endpoint.configured else None, budget or SummaryBudget.from_env())
     cache_off = settings.cache.strip().lower() in ("", "off", "none")
     cache = None if cache_off else open_cache(os.path.expanduser(settings.cache), "crawl", settings.cache_ttl_s)
     return Crawler(settings, fetcher, summarizer, cache, WorkerMetrics("crawl"))
@@ -328,7 +314,7 @@ def create_crawl_app() -> FastAPI:
     metrics = crawler.metrics
     llm = crawler.summarizer.client.settings if crawler.summarizer.client else None
     log.info("crawl server: allow=%r cache=%s summary_model=%s jina=%s", settings.allow,
-             crawler.cache.url if crawler.cache else "off", llm.model if llm else "none",
+             crawler.cache.url if crawler.cache else "off", llm.endpoint.model if llm else "none",
              redact(settings.jina_api_key))
 
     @app.post("/crawl_page")
@@ -366,7 +352,7 @@ def create_crawl_app() -> FastAPI:
         snap = await asyncio.to_thread(metrics.aggregate)  # summed over the server's uvicorn workers
         snap["cache"] = crawler.cache.url if crawler.cache else "off"
         snap["cache_entries"] = await asyncio.to_thread(len, crawler.cache) if crawler.cache else 0
-        snap["summary_model"] = llm.model if llm else None
+        snap["summary_model"] = llm.endpoint.model if llm else None
         snap["jina"] = bool(settings.jina_api_key)
         snap["default_summary_type"] = settings.default_mode
         return snap
@@ -375,8 +361,7 @@ def create_crawl_app() -> FastAPI:
 
 
 def main(argv: list[str] | None = None) -> None:
-    port = int(os.environ.get("CRAWL_PAGE_PORT") or DEFAULT_PORT)
-    p = server_arg_parser("afm crawl server: fetch, extract and summarise pages", port)
+    p = server_arg_parser("afm crawl server: fetch, extract and summarise pages", "CRAWL_PAGE_PORT")
     p.add_argument("--allow", default=None, help=f"allow-list of non-public targets (default ${ALLOW_ENV}), e.g. "
                                                  "'127.0.0.1:8765,10.0.0.0/8,wiki.corp'")
     p.add_argument("--cache", default=None, help="cache file or redis:// URL; 'off' disables "
@@ -384,13 +369,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--summary-type", choices=SUMMARY_MODES, default=None,
                    help="default summary mode when a request gives none (default $CRAWL_SUMMARY_TYPE or once)")
     args = p.parse_args(argv)
-    env: dict[str, str] = {}
-    if args.allow is not None:
-        env[ALLOW_ENV] = args.allow
-    if args.cache is not None:
-        env["CRAWL_CACHE"] = args.cache
-    if args.summary_type is not None:
-        env["CRAWL_SUMMARY_TYPE"] = args.summary_type
+    env = flags_to_env(args, {"allow": ALLOW_ENV, "cache": "CRAWL_CACHE", "summary_type": "CRAWL_SUMMARY_TYPE"})
     env[RUN_ID_ENV] = new_run_id("crawl")  # the workers of this launch publish metrics under one id
     os.environ.update(env)
     try:  # fail here with a usage error, not in every worker
@@ -401,7 +380,8 @@ def main(argv: list[str] | None = None) -> None:
     settings, llm = CrawlSettings.from_env(), LLMSettings.from_env()
     for note in alias_notes(os.environ):  # said once, here, not by every worker
         print(f"crawl server: {note}", file=sys.stderr, flush=True)
-    print(f"crawl server on {args.host}:{args.port}: summary_model={llm.model if llm.base_url else 'none'} "
+    summary_model = llm.endpoint.model if llm.endpoint.configured else "none"
+    print(f"crawl server on {args.host}:{args.port}: summary_model={summary_model} "
           f"default_summary_type={settings.default_mode} request_timeout={settings.request_timeout_s:g}s "
           f"allow={settings.allow or '-'} jina={redact(settings.jina_api_key)} workers={args.workers}",
           file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """Write the demo world's corpora (afm.demo_content.web) as JSONL files for the search and wiki servers.
 
-    python -m afm.servers.demo_data OUT_DIR --site-url http://127.0.0.1:9002
+    python -m afm.servers.demo_data OUT_DIR --site-url http://127.0.0.1:$AFM_DEMO_SITE_PORT
 
 writes ``OUT_DIR/search_corpus.jsonl`` (``{id, title, url, text}``, URLs on the demo site) and
 ``OUT_DIR/wiki_corpus.jsonl`` (``{id, contents}``). Files are replaced atomically and only when their content
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from afm.demo_content.web import demo_search_corpus, demo_wiki_corpus
+from afm.env_defaults import port as env_port
 
 SEARCH_FILE = "search_corpus.jsonl"
 WIKI_FILE = "wiki_corpus.jsonl"
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI: write the demo corpora and print their paths."""
     p = argparse.ArgumentParser(prog="python -m afm.servers.demo_data", description=__doc__.split("\n\n")[0])
     p.add_argument("out_dir")
-    p.add_argument("--site-url", default=f"http://127.0.0.1:{os.environ.get('AFM_DEMO_SITE_PORT', '9002')}",
+    p.add_argument("--site-url", default=f"http://127.0.0.1:{env_port('AFM_DEMO_SITE_PORT')}",
                    help="base URL of the demo site (python -m afm.servers.demo_site) the search results link to")
     args = p.parse_args(argv)
     paths = write_demo_corpora(args.out_dir, args.site_url)

@@ -1,6 +1,6 @@
 """A small static web site of the invented demo world, for the offline demo, tests and benchmarks.
 
-``python -m afm.servers.demo_site [--port 9002]`` serves each :data:`afm.demo_content.web.DEMO_DOCUMENTS` entry at
+``python -m afm.servers.demo_site [--port PORT]`` serves each :data:`afm.demo_content.web.DEMO_DOCUMENTS` entry at
 ``/<slug>.html`` as a realistic page: a header with navigation, breadcrumbs, a sidebar with related links and an
 advertisement, a cookie banner and a footer around the article, so that main-text extraction has boilerplate to
 drop (the marker strings are in :data:`BOILERPLATE_MARKERS`). ``/`` lists the pages.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -27,6 +26,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from afm.demo_content.web import DEMO_DOCUMENTS, DemoDocument
+from afm.env_defaults import default_port
 from afm.testing.procs import ServerProcess, free_port
 
 SITE_NAME = "Corvan Atlas"
@@ -264,8 +264,9 @@ class DemoSite:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=int(os.environ.get("AFM_DEMO_SITE_PORT") or 9002),
-                   help="port (default $AFM_DEMO_SITE_PORT or 9002)")
+    port = default_port("AFM_DEMO_SITE_PORT")
+    p.add_argument("--port", type=int, default=port, required=port is None,
+                   help="port (default $AFM_DEMO_SITE_PORT, else environment.sh's default for it)")
     p.add_argument("--documents", default=None,
                    help="JSON list of extra pages {slug, title, paragraphs} to serve (e.g. afm.demo.world's towns)")
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
 """The search server: ``POST /search {q, num}`` → Serper-shaped results, cached persistently.
 
-    python -m afm.servers.search_server [--backend auto|serper|local] [--corpus CORPUS.jsonl] [--port 9001]
+    python -m afm.servers.search_server [--backend auto|serper|local] [--corpus CORPUS.jsonl] [--port PORT]
                                         [--workers N] [--cache PATH|redis://…|off] [--cache-ttl SECONDS]
 
 Response: ``{"searchParameters": {q, num, backend}, "organic": [{title, link, snippet, position, date?, source?}],
@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from afm.kvcache import KVCache, cache_key, open_cache
 from afm.servers.body import BadRequest, read_json, validate
-from afm.servers.common import create_app, redact, serve, server_arg_parser
+from afm.servers.common import EnvReader, create_app, flags_to_env, redact, serve, server_arg_parser
 from afm.servers.search_backends import SERPER_URL, LocalBackend, SearchBackend, SerperBackend, UpstreamError
 from afm.servers.worker_metrics import RUN_ID_ENV, WorkerMetrics, new_run_id
 
@@ -46,14 +47,6 @@ MAX_NUM = 100
 DEFAULT_CACHE = "~/.cache/afm/search_cache.sqlite"
 DEFAULT_TTL_S = 7 * 86400.0
 CACHE_OFF = ("", "off", "none")
-
-
-def _env_float(env: dict[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "")
-    try:
-        return float(raw) if raw.strip() else default
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
 
 
 @dataclass(frozen=True)
@@ -73,27 +66,25 @@ class SearchSettings:
     serper_backoff: float
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> SearchSettings:
-        env = dict(os.environ if env is None else env)
-        key = env.get("WEB_SEARCH_SERPER_API_KEY", "")
-        requested = (env.get("WEB_SEARCH_BACKEND") or "auto").strip().lower()
-        if requested not in ("auto", "serper", "local"):
-            raise ValueError(f"WEB_SEARCH_BACKEND={requested!r}: use auto, serper or local")
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SearchSettings:
+        read = EnvReader(env)
+        key = read.raw("WEB_SEARCH_SERPER_API_KEY")
+        requested = read.choice("WEB_SEARCH_BACKEND", "auto", ("auto", "serper", "local"), fold_case=True)
         # Only "auto" chooses; a deployment that asked for serper gets serper or an error, never local results.
         backend = ("serper" if key else "local") if requested == "auto" else requested
-        ttl = _env_float(env, "WEB_SEARCH_CACHE_TTL", DEFAULT_TTL_S)
+        ttl = read.number("WEB_SEARCH_CACHE_TTL", DEFAULT_TTL_S)
         return cls(
             backend=backend,
             requested=requested,
-            corpus=env.get("WEB_SEARCH_CORPUS") or None,
-            index_dir=env.get("WEB_SEARCH_INDEX_DIR") or None,
-            cache=env.get("WEB_SEARCH_CACHE", DEFAULT_CACHE),
+            corpus=read.optional("WEB_SEARCH_CORPUS"),
+            index_dir=read.optional("WEB_SEARCH_INDEX_DIR"),
+            cache=read.raw("WEB_SEARCH_CACHE", DEFAULT_CACHE),
             cache_ttl=ttl if ttl > 0 else None,
             serper_key=key,
-            serper_url=env.get("WEB_SEARCH_SERPER_URL") or SERPER_URL,
-            serper_timeout=_env_float(env, "WEB_SEARCH_SERPER_TIMEOUT", 20.0),
-            serper_retries=int(_env_float(env, "WEB_SEARCH_SERPER_RETRIES", 2)),
-            serper_backoff=_env_float(env, "WEB_SEARCH_SERPER_BACKOFF", 0.5),
+            serper_url=read.text("WEB_SEARCH_SERPER_URL", SERPER_URL),
+            serper_timeout=read.number("WEB_SEARCH_SERPER_TIMEOUT", 20.0),
+            serper_retries=read.integer("WEB_SEARCH_SERPER_RETRIES", 2),
+            serper_backoff=read.number("WEB_SEARCH_SERPER_BACKOFF", 0.5),
         )
 
     def describe(self) -> str:
@@ -142,14 +133,12 @@ class SearchRequest(BaseModel):
         return v
 
 
-def default_num(env: dict[str, str] | None = None) -> int:
+def default_num(env: Mapping[str, str] | None = None) -> int:
     """Results per query when a request gives no ``num``: ``WEB_SEARCH_SERP_NUM`` (the original's name) or 10."""
-    raw = (os.environ if env is None else env).get("WEB_SEARCH_SERP_NUM", "").strip()
-    if not raw:
-        return 10
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_NUM:
-        raise ValueError(f"WEB_SEARCH_SERP_NUM={raw!r}: expected a whole number from 1 to {MAX_NUM}")
-    return int(raw)
+    num = EnvReader(env).integer("WEB_SEARCH_SERP_NUM", 10)
+    if not 1 <= num <= MAX_NUM:
+        raise ValueError(f"WEB_SEARCH_SERP_NUM={num}: expected a whole number from 1 to {MAX_NUM}")
+    return num
 
 
 def normalise_query(q: str) -> str:
@@ -269,8 +258,7 @@ def create_search_app(settings: SearchSettings | None = None) -> FastAPI:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: check the settings, build the local index once, then serve."""
-    p = server_arg_parser("afm search server: POST /search {q, num}",
-                          default_port=int(os.environ.get("WEBSEARCH_PORT") or 9001))
+    p = server_arg_parser("afm search server: POST /search {q, num}", "WEBSEARCH_PORT")
     p.add_argument("--backend", choices=["auto", "serper", "local"],
                    help="default $WEB_SEARCH_BACKEND or auto (serper when WEB_SEARCH_SERPER_API_KEY is set)")
     p.add_argument("--corpus", help="JSONL {id,title,url,text} for the local backend (default $WEB_SEARCH_CORPUS)")
@@ -278,13 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", help=f"SQLite path, redis:// URL or 'off' (default $WEB_SEARCH_CACHE or {DEFAULT_CACHE})")
     p.add_argument("--cache-ttl", type=float, help="seconds a cached result lives; 0 = forever (default 7 days)")
     args = p.parse_args(argv)
-    env: dict[str, str] = {}
-    for flag, var in (("backend", "WEB_SEARCH_BACKEND"), ("corpus", "WEB_SEARCH_CORPUS"),
-                      ("index_dir", "WEB_SEARCH_INDEX_DIR"), ("cache", "WEB_SEARCH_CACHE"),
-                      ("cache_ttl", "WEB_SEARCH_CACHE_TTL")):
-        value = getattr(args, flag)
-        if value is not None:
-            env[var] = str(Path(value).resolve()) if flag in ("corpus", "index_dir") else str(value)
+    env = flags_to_env(args, {"backend": "WEB_SEARCH_BACKEND", "corpus": "WEB_SEARCH_CORPUS",
+                              "index_dir": "WEB_SEARCH_INDEX_DIR", "cache": "WEB_SEARCH_CACHE",
+                              "cache_ttl": "WEB_SEARCH_CACHE_TTL"}, paths=("corpus", "index_dir"))
     try:
         settings = SearchSettings.from_env({**os.environ, **env})
         settings.check()

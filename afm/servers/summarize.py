@@ -22,11 +22,12 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
 
 from afm.chat_client import ChatClient as SharedChatClient
-from afm.chat_client import ChatEndpoint, ChatError
+from afm.chat_client import ChatEndpoint, ChatError, holds_endpoint
+from afm.servers.common import EnvReader
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +42,6 @@ SYSTEM_PROMPT = ("You read web pages for a research agent and report what they s
                  "current goal. You report only what the page states; you never add knowledge of your own.")
 
 
-def env_number(name: str, default: float, kind: type = float) -> Any:
-    """``kind(os.environ[name])``, ``default`` when unset or empty; a ValueError names the variable."""
-    raw = os.environ.get(name) or ""
-    try:
-        return kind(raw) if raw.strip() else kind(default)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
-
-
 @dataclass(frozen=True)
 class Goal:
     """What the agent is after: its task, its latest search query and its latest reasoning."""
@@ -59,29 +51,32 @@ class Goal:
     think_content: str = ""
 
 
+# SUMMARY_MODEL and SUMMARY_TIMEOUT follow ChatEndpoint.from_env's names; these are the ones users set today.
+ENV_NAMES: dict[str, str | None] = {"base_url": "SUMMARY_OPENAI_API_BASE_URL", "api_key": "SUMMARY_OPENAI_API_KEY",
+                                    "retries": "SUMMARY_MAX_RETRIES", "backoff": "SUMMARY_BACKOFF"}
+
+
+def default_endpoint() -> ChatEndpoint:
+    """The summary model before the environment is read: none configured, 120 s per request, 2 retries."""
+    return ChatEndpoint(model=DEFAULT_MODEL, timeout_s=120.0, retries=2)
+
+
+@holds_endpoint
 @dataclass(frozen=True)
 class LLMSettings:
-    """How to reach the summary model (environment: ``SUMMARY_*``)."""
+    """How to reach the summary model (``endpoint``) and sample from it (environment: ``SUMMARY_*``)."""
 
-    base_url: str = ""
-    api_key: str = ""
-    model: str = DEFAULT_MODEL
-    timeout_s: float = 120.0
-    max_retries: int = 2
-    backoff_s: float = 1.0
+    endpoint: ChatEndpoint = field(default_factory=default_endpoint)  # no base_url = no summaries
     max_tokens: int = 2048
     temperature: float = 0.2
 
     @classmethod
     def from_env(cls) -> LLMSettings:
         env = os.environ
+        endpoint = ChatEndpoint.from_env("SUMMARY_", env, names=ENV_NAMES, **asdict(default_endpoint()))
         base_url, api_key = summary_endpoint(env)
-        return cls(base_url=base_url, api_key=api_key,
-                   model=env.get("SUMMARY_MODEL", "").strip() or DEFAULT_MODEL,
-                   timeout_s=env_number("SUMMARY_TIMEOUT", cls.timeout_s),
-                   max_retries=env_number("SUMMARY_MAX_RETRIES", cls.max_retries, int),
-                   backoff_s=env_number("SUMMARY_BACKOFF", cls.backoff_s),
-                   max_tokens=env_number("SUMMARY_MAX_TOKENS", cls.max_tokens, int))
+        return cls(endpoint=replace(endpoint, base_url=base_url, api_key=api_key),
+                   max_tokens=EnvReader(env).integer("SUMMARY_MAX_TOKENS", cls.max_tokens))
 
 
 def summary_endpoint(env: Mapping[str, str]) -> tuple[str, str]:
@@ -128,11 +123,12 @@ class SummaryBudget:
 
     @classmethod
     def from_env(cls) -> SummaryBudget:
-        return cls(text_chars=env_number("CRAWL_TEXT_CHARS", cls.text_chars, int),
-                   input_chars=env_number("SUMMARY_MAX_INPUT_CHARS", cls.input_chars, int),
-                   chunk_size=env_number("CRAWL_CHUNK_SIZE", cls.chunk_size, int),
-                   max_chunks=env_number("SUMMARY_MAX_CHUNKS", cls.max_chunks, int),
-                   concurrency=env_number("SUMMARY_CONCURRENCY", cls.concurrency, int))
+        env = EnvReader()
+        return cls(text_chars=env.integer("CRAWL_TEXT_CHARS", cls.text_chars),
+                   input_chars=env.integer("SUMMARY_MAX_INPUT_CHARS", cls.input_chars),
+                   chunk_size=env.integer("CRAWL_CHUNK_SIZE", cls.chunk_size),
+                   max_chunks=env.integer("SUMMARY_MAX_CHUNKS", cls.max_chunks),
+                   concurrency=env.integer("SUMMARY_CONCURRENCY", cls.concurrency))
 
 
 @dataclass
@@ -236,9 +232,7 @@ class ChatClient:
 
     def __init__(self, settings: LLMSettings) -> None:
         self.settings = settings
-        self._chat = SharedChatClient(ChatEndpoint(settings.base_url, settings.model, api_key=settings.api_key,
-                                                   timeout=settings.timeout_s, max_retries=settings.max_retries,
-                                                   backoff=settings.backoff_s))
+        self._chat = SharedChatClient(settings.endpoint)
 
     async def aclose(self) -> None:
         await self._chat.aclose()
@@ -267,7 +261,8 @@ class Summarizer:
         """Identifies the model and prompts in cache keys."""
         if self.client is None:
             return "none"
-        return json.dumps([self.client.settings.base_url, self.client.settings.model, PROMPT_VERSION])
+        endpoint = self.client.settings.endpoint
+        return json.dumps([endpoint.base_url, endpoint.model, PROMPT_VERSION])
 
     async def aclose(self) -> None:
         if self.client is not None:

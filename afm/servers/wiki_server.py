@@ -1,6 +1,6 @@
 """The wiki retrieval server: ``POST /retrieve {queries, topk, return_scores}`` in Search-R1's shape.
 
-    python -m afm.servers.wiki_server --corpus wiki.jsonl [--retriever bm25|dense] [--port 8000] [--topk 3]
+    python -m afm.servers.wiki_server --corpus wiki.jsonl [--retriever bm25|dense] [--port PORT] [--topk 3]
 
 Answer: ``{"result": [[{"document": {"id", "contents", ...}, "score": float}, ...] per query]}``, or with
 ``return_scores: false`` plain document lists ``{"result": [[{"id", "contents"}, ...], ...]}`` (as Search-R1's
@@ -22,6 +22,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,7 +32,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from afm.servers.body import BadRequest, read_json, validate
-from afm.servers.common import create_app, serve, server_arg_parser
+from afm.servers.common import EnvReader, create_app, flags_to_env, serve, server_arg_parser
 from afm.servers.corpus import wiki_document
 from afm.servers.worker_metrics import RUN_ID_ENV, WorkerMetrics, new_run_id
 
@@ -62,17 +63,17 @@ class WikiSettings:
     dense_batch: int
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> WikiSettings:
-        env = dict(os.environ if env is None else env)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WikiSettings:
+        read = EnvReader(env)
         return cls(
-            corpus=env.get("WIKI_CORPUS") or None,
-            retriever=(env.get("WIKI_RETRIEVER") or "bm25").strip().lower(),
-            index_dir=env.get("WIKI_INDEX_DIR") or None,
-            topk=int(env.get("WIKI_TOPK") or 3),
-            dense_model=env.get("WIKI_DENSE_MODEL") or DEFAULT_DENSE_MODEL,
-            faiss_index=env.get("WIKI_FAISS_INDEX") or None,
-            dense_device=env.get("WIKI_DENSE_DEVICE") or None,
-            dense_batch=int(env.get("WIKI_DENSE_BATCH") or 64),
+            corpus=read.optional("WIKI_CORPUS"),
+            retriever=read.text("WIKI_RETRIEVER", "bm25").lower(),  # check() names the choices
+            index_dir=read.optional("WIKI_INDEX_DIR"),
+            topk=read.integer("WIKI_TOPK", 3),
+            dense_model=read.text("WIKI_DENSE_MODEL", DEFAULT_DENSE_MODEL),
+            faiss_index=read.optional("WIKI_FAISS_INDEX"),
+            dense_device=read.optional("WIKI_DENSE_DEVICE"),
+            dense_batch=read.integer("WIKI_DENSE_BATCH", 64),
         )
 
     def check(self) -> None:
@@ -174,7 +175,7 @@ def create_wiki_app(settings: WikiSettings | None = None) -> FastAPI:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: check settings, build or check the index once, then serve."""
     p = server_arg_parser("afm wiki retrieval server: POST /retrieve {queries, topk, return_scores}",
-                          default_port=int(os.environ.get("WIKI_RAG_PORT") or 8000))
+                          "WIKI_RAG_PORT")
     p.add_argument("--corpus", help="JSONL {id, contents} (default $WIKI_CORPUS)")
     p.add_argument("--retriever", choices=["bm25", "dense"], help="default $WIKI_RETRIEVER or bm25")
     p.add_argument("--index-dir", help="index folder (default $WIKI_INDEX_DIR or <corpus>.bm25 / <corpus>.dense)")
@@ -182,14 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dense-model", help=f"encoder folder or hub id (default {DEFAULT_DENSE_MODEL})")
     p.add_argument("--faiss-index", help="prebuilt FAISS index whose vector i is corpus record i (dense)")
     args = p.parse_args(argv)
-    env: dict[str, str] = {}
-    for flag, var in (("corpus", "WIKI_CORPUS"), ("retriever", "WIKI_RETRIEVER"), ("index_dir", "WIKI_INDEX_DIR"),
-                      ("topk", "WIKI_TOPK"), ("dense_model", "WIKI_DENSE_MODEL"),
-                      ("faiss_index", "WIKI_FAISS_INDEX")):
-        value = getattr(args, flag)
-        if value is not None:
-            is_path = flag in ("corpus", "index_dir", "faiss_index") or (flag == "dense_model" and Path(value).exists())
-            env[var] = str(Path(value).resolve()) if is_path else str(value)
+    # --dense-model is a path when such a folder exists, else a hub id.
+    paths = ("corpus", "index_dir", "faiss_index", *(("dense_model",) if args.dense_model and
+                                                      Path(args.dense_model).exists() else ()))
+    env = flags_to_env(args, {"corpus": "WIKI_CORPUS", "retriever": "WIKI_RETRIEVER", "index_dir": "WIKI_INDEX_DIR",
+                              "topk": "WIKI_TOPK", "dense_model": "WIKI_DENSE_MODEL",
+                              "faiss_index": "WIKI_FAISS_INDEX"}, paths)
     try:
         settings = WikiSettings.from_env({**os.environ, **env})
         settings.check()

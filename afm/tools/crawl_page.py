@@ -5,7 +5,7 @@ The request carries the agent's goal so that the server can summarise for it: ``
 ``web_search_query`` = the body of the last ``<web_search>`` call, ``think_content`` = the last ``<think>`` block.
 
 Config (tool YAML ``config:``), each optional: ``url`` (default ``http://$SERVER_HOST:$CRAWL_PAGE_PORT/crawl_page``,
-i.e. ``http://127.0.0.1:9000/crawl_page``), ``timeout`` seconds per attempt (150, a little above the server's own
+the port from environment.sh when unset), ``timeout`` seconds per attempt (150, a little above the server's own
 120 s request limit; raise both together, e.g. 520 with ``CRAWL_REQUEST_TIMEOUT=500``), ``retries`` (0: a crawl
 with summaries is expensive, and a timed-out one would run twice), ``backoff`` (0.5 s), ``summary_type`` (``none|once|chunk|page``; default: the server's), ``chunk_size``,
 ``token`` (bearer token; default ``$AFM_SERVER_TOKEN``).
@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from afm.env_defaults import port as env_port
 from afm.tools.base import ToolContext, ToolResult
 from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
 
@@ -36,7 +37,7 @@ ADVICE_4XX = "Give one or more full http:// or https:// URLs separated by |."
 def default_crawl_url() -> str:
     """The crawl server endpoint from ``SERVER_HOST`` and ``CRAWL_PAGE_PORT`` (see environment.sh)."""
     host = os.environ.get("SERVER_HOST") or "127.0.0.1"
-    port = os.environ.get("CRAWL_PAGE_PORT") or "9000"
+    port = env_port("CRAWL_PAGE_PORT")  # environment.sh's default when unset
     return f"http://{host}:{port}/crawl_page"
 
 

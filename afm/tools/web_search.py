@@ -1,7 +1,7 @@
 """``web_search``: the tag body is one query, sent to the search server (``afm.servers.search_server``).
 
 Config (tool YAML ``config:``), each optional:
-``url`` (default ``http://$SERVER_HOST:$WEBSEARCH_PORT/search``, i.e. ``http://127.0.0.1:9001/search``),
+``url`` (default ``http://$SERVER_HOST:$WEBSEARCH_PORT/search``, the port from environment.sh when unset),
 ``num_results`` (default ``$WEB_SEARCH_SERP_NUM``, the original environment.sh's name, else 10), ``timeout`` seconds per attempt (60), ``retries`` (1; connection errors, timeouts, 5xx),
 ``backoff`` (0.5 s, doubled per retry), ``token`` (bearer token; default ``$AFM_SERVER_TOKEN``).
 
@@ -29,6 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from afm.env_defaults import port as env_port
 from afm.tools.base import ToolContext, ToolResult
 from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
 
@@ -37,7 +38,7 @@ _VIDEO_NOISE = "Your browser can't play this video."
 
 def default_search_url() -> str:
     host = os.environ.get("SERVER_HOST") or "127.0.0.1"
-    port = os.environ.get("WEBSEARCH_PORT") or "9001"
+    port = env_port("WEBSEARCH_PORT")  # environment.sh's default when unset
     return f"http://{host}:{port}/search"
 
 

@@ -4,8 +4,8 @@ The tag body is one query; several queries may be given **one per line** (at mos
 one request, and their results are joined by ``\\n---\\n``.
 
 Config (tool YAML ``config:``), each optional:
-``url`` (default ``$WIKI_RAG_SERVER_URL``, else ``http://$SERVER_HOST:$WIKI_RAG_PORT/retrieve`` →
-``http://127.0.0.1:8000/retrieve``), ``topk`` (3), ``timeout`` seconds per attempt (30), ``retries`` (3;
+``url`` (default ``$WIKI_RAG_SERVER_URL``, else ``http://$SERVER_HOST:$WIKI_RAG_PORT/retrieve`` with
+the port from environment.sh when unset), ``topk`` (3), ``timeout`` seconds per attempt (30), ``retries`` (3;
 connection errors, timeouts, 5xx), ``backoff`` (0.5 s, doubled per retry), ``max_queries`` (5), ``token``
 (bearer token; default ``$AFM_SERVER_TOKEN``).
 
@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from afm.env_defaults import port as env_port
 from afm.tools.base import ToolContext, ToolResult
 from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
 
@@ -29,7 +30,7 @@ def default_wiki_url() -> str:
     if url:
         return url
     host = os.environ.get("SERVER_HOST") or "127.0.0.1"
-    return f"http://{host}:{os.environ.get('WIKI_RAG_PORT') or '8000'}/retrieve"
+    return f"http://{host}:{env_port('WIKI_RAG_PORT')}/retrieve"  # environment.sh's port when unset
 
 
 def format_documents(query: str, docs: list[dict[str, Any]]) -> str:

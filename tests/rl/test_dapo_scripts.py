@@ -256,6 +256,30 @@ def test_bad_knobs_fail_clearly(task, env, args, needle):
     assert "[afm] command:" not in res.stdout
 
 
+def test_logger_error_names_every_backend_it_accepts():
+    res = run_script("web", "--dry-run", LOGGER="console,foo")
+    assert res.returncode == 2
+    assert "console, wandb, swanlab, tensorboard, mlflow, file, clearml, trackio (got 'console,foo')" in res.stderr
+    assert "trainer.logger=[console,trackio]" in dry_run_overrides("web", LOGGER="console,trackio")
+
+
+def test_a_bad_save_hf_model_stops_the_launch():
+    # It was read where an error could not stop the script: the run went on without the Hugging Face copies.
+    res = run_script("code", "--dry-run", SAVE_HF_MODEL="maybe")
+    assert res.returncode == 2 and "SAVE_HF_MODEL must be true or false (got 'maybe')" in res.stderr
+    assert "[afm] command:" not in res.stdout
+
+
+def test_validation_dumps_follow_a_relative_checkpoint_dir(tmp_path):
+    base = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    res = subprocess.run(["bash", str(SCRIPTS["mhqa"]), "--dry-run"], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path, env={**base, "CKPT_DIR": "ck"})
+    assert res.returncode == 0, res.stderr
+    argv = shlex.split(res.stdout.split("[afm] command:\n", 1)[1].replace("\\\n", " "))
+    assert f"trainer.default_local_dir={tmp_path}/ck" in argv
+    assert f"trainer.validation_data_dir={tmp_path}/ck/validation" in argv  # not under the repo
+
+
 def test_a_real_run_refuses_missing_inputs(tmp_path):
     """Without --dry-run, missing data/tool/model files stop the script before verl starts."""
     res = run_script("mhqa", TRAIN_FILES=str(tmp_path / "missing.parquet"), VAL_FILES="",

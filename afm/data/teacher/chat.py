@@ -7,7 +7,7 @@ token) and flagged, so cost reports never silently read zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from afm.chat_client import ChatClient as EndpointClient
 from afm.chat_client import ChatEndpoint, ChatError
@@ -37,10 +37,10 @@ def _estimate_tokens(text: str) -> int:
 class ChatClient:
     """One connection pool per role endpoint, shared by all runs (``async with ChatClient() as c``)."""
 
-    def __init__(self, backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
-        self.backoff_s = backoff_s
+    def __init__(self, backoff_s: float | None = None, max_backoff_s: float | None = None) -> None:
+        self.backoff_s = backoff_s  # None = the role endpoint's own
         self.max_backoff_s = max_backoff_s
-        self._clients: dict[tuple[str, str, str, float, int], EndpointClient] = {}
+        self._clients: dict[ChatEndpoint, EndpointClient] = {}
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -54,13 +54,14 @@ class ChatClient:
             await client.aclose()
 
     def _client(self, role: RoleConfig) -> EndpointClient:
-        key = (role.base_url, role.model, role.api_key, role.timeout_s, role.max_retries)
-        if key not in self._clients:
-            self._clients[key] = EndpointClient(ChatEndpoint(
-                role.base_url, role.model, api_key=role.api_key, timeout=role.timeout_s,
-                max_retries=max(0, role.max_retries), backoff=self.backoff_s, max_backoff=self.max_backoff_s,
-                max_connections=512))
-        return self._clients[key]
+        endpoint = replace(role.endpoint, api_key=role.api_key or "")  # the key is read now, never stored
+        if self.backoff_s is not None:
+            endpoint = replace(endpoint, backoff=self.backoff_s)
+        if self.max_backoff_s is not None:
+            endpoint = replace(endpoint, max_backoff=self.max_backoff_s)
+        if endpoint not in self._clients:
+            self._clients[endpoint] = EndpointClient(endpoint)
+        return self._clients[endpoint]
 
     async def complete(self, role: RoleConfig, messages: list[dict[str, str]]) -> ChatReply:
         """One chat completion for ``messages`` with ``role``'s endpoint and sampling settings."""
@@ -68,7 +69,8 @@ class ChatClient:
             reply = await self._client(role).complete(messages, temperature=role.temperature,
                                                       max_tokens=role.max_tokens, **role.extra_body)
         except ChatError as exc:
-            raise ChatError(f"{role.base_url} ({role.model}): {exc}", exc.status, exc.attempts) from exc
+            where = f"{role.endpoint.base_url} ({role.endpoint.model})"
+            raise ChatError(f"{where}: {exc}", exc.status, exc.attempts) from exc
         prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
         if not reply.usage_reported:
             prompt_tokens = _estimate_tokens("".join(m.get("content", "") for m in messages))

@@ -2,7 +2,7 @@
 
 YAML shape (see ``configs/data/teacher.yaml``)::
 
-    default: {base_url, model, api_key_env, temperature, max_tokens, timeout_s, max_retries, extra_body}
+    default: {base_url, model, api_key_env, temperature, max_tokens, timeout_s, retries, extra_body}
     roles:                      # any default key, plus ``system`` / ``user`` prompt templates
       planner: {temperature: 0.3}
       verifier: {model: a-stronger-model}
@@ -27,9 +27,15 @@ from typing import Any
 
 import yaml
 
+from afm.chat_client import ENDPOINT_ALIASES, ChatEndpoint, holds_endpoint
+
 BASE_ROLES = ("planner", "reflector", "verifier", "answerer")
 TOOL_AGENT_SUFFIX = "_agent"
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# A role's YAML key for each endpoint setting -> the ChatEndpoint field it sets. Not api_key: a key never goes in a
+# config file (api_key_env names its variable).
+_ENDPOINT_KEYS: dict[str, str] = {f.name: f.name for f in fields(ChatEndpoint) if f.name != "api_key"}
+_ENDPOINT_KEYS |= ENDPOINT_ALIASES
 
 
 def tool_agent_role(tool: str) -> str:
@@ -37,17 +43,24 @@ def tool_agent_role(tool: str) -> str:
     return f"{tool}{TOOL_AGENT_SUFFIX}"
 
 
+def default_endpoint() -> ChatEndpoint:
+    """A role's endpoint when the config names none (``configs/data/teacher.yaml`` reads ``TEACHER_*``)."""
+    return ChatEndpoint("http://127.0.0.1:8000/v1", "teacher", timeout_s=180.0, retries=4, max_connections=512)
+
+
+@holds_endpoint
 @dataclass(frozen=True)
 class RoleConfig:
-    """Endpoint and sampling settings of one role (``system``/``user``: optional prompt template overrides)."""
+    """Endpoint and sampling settings of one role (``system``/``user``: optional prompt template overrides).
 
-    base_url: str = "http://127.0.0.1:8000/v1"
-    model: str = "teacher"
+    The YAML keys of the endpoint are flat (``base_url``, ``model``, ``timeout_s``, ``retries``; ``max_retries`` is
+    the older name). Its key is never stored: ``api_key_env`` names the variable read at call time.
+    """
+
+    endpoint: ChatEndpoint = field(default_factory=default_endpoint)
     api_key_env: str | None = "TEACHER_API_KEY"
     temperature: float = 0.7
     max_tokens: int = 2048
-    timeout_s: float = 180.0
-    max_retries: int = 4
     extra_body: dict[str, Any] = field(default_factory=dict)
     system: str | None = None
     user: str | None = None
@@ -118,16 +131,18 @@ def expand_env(value: Any) -> Any:
 
 
 def _coerce(cls: type, data: Mapping[str, Any], where: str) -> Any:
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {', '.join(known)}")
-    out: dict[str, Any] = {}
+    known = [f.name for f in fields(cls) if f.name != "endpoint"]
     defaults = cls()
+    # RoleConfig's endpoint is written flat in YAML: its fields (and their older names) are keys of the role.
+    flat = _ENDPOINT_KEYS if len(known) < len(fields(cls)) else {}
+    unknown = sorted(set(data) - set(known) - set(flat))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {', '.join([*known, *flat])}")
+    out: dict[str, Any] = {}
     for k, v in data.items():
         if v in (None, ""):
             continue  # empty = keep the default (an unset ${VAR:-})
-        ref = getattr(defaults, k)
+        ref = getattr(defaults.endpoint, flat[k]) if k in flat else getattr(defaults, k)
         try:
             if isinstance(ref, bool):
                 v = v if isinstance(v, bool) else str(v).strip().lower() in ("1", "true", "yes", "on")
@@ -140,7 +155,10 @@ def _coerce(cls: type, data: Mapping[str, Any], where: str) -> Any:
         except (TypeError, ValueError):
             raise ValueError(f"{where}.{k}: expected {type(ref).__name__}, got {v!r}") from None
         out[k] = v
-    return cls(**out)
+    try:
+        return cls(**out)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def _role_overrides(name: str, data: Any) -> dict[str, Any]:
@@ -148,8 +166,9 @@ def _role_overrides(name: str, data: Any) -> dict[str, Any]:
         return {}
     if not isinstance(data, Mapping):
         raise ValueError(f"roles.{name}: expected a mapping, got {data!r}")
-    role = _coerce(RoleConfig, {k: v for k, v in data.items() if v not in (None, "")}, f"roles.{name}")
-    return {k: getattr(role, k) for k, v in data.items() if v not in (None, "")}
+    given = [k for k, v in data.items() if v not in (None, "")]
+    role = _coerce(RoleConfig, {k: data[k] for k in given}, f"roles.{name}")
+    return {k: getattr(role.endpoint, _ENDPOINT_KEYS[k]) if k in _ENDPOINT_KEYS else getattr(role, k) for k in given}
 
 
 def set_dotted(data: dict[str, Any], assignment: str) -> None:
@@ -163,7 +182,11 @@ def set_dotted(data: dict[str, Any], assignment: str) -> None:
         node = node.setdefault(p, {})
         if not isinstance(node, dict):
             raise ValueError(f"--set {assignment!r}: {p!r} is not a mapping")
-    node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    leaf = parts[-1]
+    if leaf in _ENDPOINT_KEYS:  # --set default.max_retries=0 replaces the file's `retries:` (the same setting)
+        for other in [k for k in node if k != leaf and _ENDPOINT_KEYS.get(k) == _ENDPOINT_KEYS[leaf]]:
+            del node[other]
+    node[leaf] = yaml.safe_load(raw) if raw.strip() else ""
 
 
 def teacher_config_from_dict(data: Mapping[str, Any] | None) -> TeacherConfig:

@@ -299,7 +299,7 @@ class Teacher:
             reply = await self.chat.complete(rc, messages)
             run.role_calls += 1
             run.total_tokens += reply.prompt_tokens + reply.completion_tokens
-            u = run.usage.setdefault(role, {"model": rc.model, "prompt_tokens": 0, "completion_tokens": 0,
+            u = run.usage.setdefault(role, {"model": rc.endpoint.model, "prompt_tokens": 0, "completion_tokens": 0,
                                             "calls": 0})
             u["prompt_tokens"] += reply.prompt_tokens
             u["completion_tokens"] += reply.completion_tokens
@@ -307,7 +307,7 @@ class Teacher:
             if reply.usage_estimated:
                 u["estimated"] = True
             entry: dict[str, Any] = {
-                "role": role, "model": rc.model, "attempt": attempt,
+                "role": role, "model": rc.endpoint.model, "attempt": attempt,
                 "request": {"messages": len(messages), "prompt_chars": sum(len(m["content"]) for m in messages),
                             "history_blocks": len(run.blocks), "values": {k: v for k, v in values.items()}},
                 "reply": reply.content, "latency_s": round(reply.latency_s, 4),
