@@ -20,17 +20,18 @@ PKG = Path(__file__).resolve().parents[1] / "afm"
 # sandbox; agent uses trajectory and tools; rewards uses trajectory and sandbox; eval and data use agent and
 # rewards; sft uses trajectory; rl uses agent, tools and rewards; sft and rl never import each other; servers are
 # standalone services (reached over HTTP).
-UTILS = {"chat_client", "kvcache", "table_io", "names"}
+UTILS = {"chat_client", "kvcache", "table_io", "names", "env_defaults"}
 ALLOWED: dict[str, set[str]] = {
     "trajectory": set(),
     "sandbox": set(),
     "chat_client": set(),
     "kvcache": set(),
     "table_io": set(),
+    "env_defaults": set(),  # default ports and model names, read from environment.sh (the only place they are written)
     "names": set(),  # the one name normaliser (benchmarks, data sources, prompt keys)
     "prompts": {"trajectory", "names"},
-    "tools": {"sandbox"},
-    "servers": {"chat_client", "kvcache", "testing", "demo_content"},
+    "tools": {"sandbox", "env_defaults"},
+    "servers": {"chat_client", "kvcache", "testing", "demo_content", "env_defaults"},
     "demo_content": {"trajectory"},  # the demo's documents, questions and samples: data every layer may read
     "testing": set(),  # helpers for tests and demo processes (free ports, server processes, tokenizers)
     "agent": {"trajectory", "tools", "prompts", "table_io"},
