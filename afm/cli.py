@@ -94,10 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         return data_main(argv[1:])
     parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
-    q = sub.add_parser("quickstart", help="tiny model + demo data + masked SFT and DPO, offline on CPU")
+    q = sub.add_parser("quickstart", help="the recipe in miniature: distill -> masked SFT -> DAPO -> eval, on CPU")
     q.add_argument("--workdir", default="runs/quickstart")
-    q.add_argument("--sft-epochs", type=float, default=3.0)
-    q.add_argument("--dpo-epochs", type=float, default=2.0)
+    q.add_argument("--full", action="store_true", help="more data, SFT and RL steps (longer, bigger gains)")
+    q.add_argument("--train-per-family", type=int, default=None, help="distilled train tasks per family")
+    q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
+    q.add_argument("--sft-epochs", type=float, default=None)
+    q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
+    q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
     v = sub.add_parser("validate", help="check CoA trajectories in a dataset file")
     v.add_argument("file")
@@ -112,9 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("data", help="distillation, conversion, filters, DPO pairs, RL selection and parquet (afm data -h)")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
-        from afm.quickstart import run
+        from afm.quickstart import profile_from_args, run
 
-        run(args.workdir, sft_epochs=args.sft_epochs, dpo_epochs=args.dpo_epochs, seed=args.seed)
+        profile = profile_from_args(args.full, train_per_family=args.train_per_family,
+                                    heldout_per_family=args.heldout_per_family, sft_epochs=args.sft_epochs,
+                                    rl_steps=args.rl_steps)
+        run(args.workdir, profile, seed=args.seed, rl=not args.no_rl)
         return 0
     if args.command == "validate":
         return _validate(args)

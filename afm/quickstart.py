@@ -1,10 +1,17 @@
-"""``afm quickstart``: the whole pipeline on embedded defaults, offline, on CPU.
+"""``afm quickstart``: the recipe in miniature, offline on CPU, with measured gains.
 
-1. build a tiny Qwen2-architecture model and a locally trained tokenizer;
-2. write demo CoA trajectories (code and search tasks; two deliberately broken samples);
-3. print the observation-masking report for the SFT set (``afm-sft mask-report``);
-4. run masked SFT, then masked DPO from the SFT checkpoint (``afm-sft train``, real LLaMA-Factory runs);
-5. print both loss curves.
+1. the demo world (:mod:`afm.demo.world`): four task families, disjoint train / RL / held-out splits, served by the
+   real search, crawl and wiki servers and the code sandbox;
+2. multi-agent distillation (``afm data distill`` driving a rule-based teacher model behind the OpenAI API), then
+   ``afm data filter`` and ``afm data convert``;
+3. the observation-masking report of the SFT set (``afm-sft mask-report``);
+4. the untrained student (tiny Qwen2, tokenizer trained on the SFT set), evaluated with ``afm eval run``;
+5. masked SFT (``afm-sft train``, a real LLaMA-Factory run), evaluated;
+6. RL selection: the SFT policy samples the RL split, ``afm data select`` keeps what it does not always solve;
+7. DAPO through verl's real trainer on the local CPU backend (``experiments/train_dapo_code_agent.sh --local``),
+   evaluated;
+8. ``summary.json``, ``report.md`` and ``summary.png``: accuracy per stage and family with CIs, tool calls per task,
+   tokens per solved task, paired differences.
 """
 
 from __future__ import annotations
@@ -13,41 +20,31 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 
-def _config(model: Path, data: Path, out: Path, stage: str, **extra: Any) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "model_name_or_path": str(model),
-        "stage": stage,
-        "do_train": True,
-        "finetuning_type": "full",
-        "dataset": "afm_demo_sft" if stage == "sft" else "afm_demo_dpo",
-        "dataset_dir": str(data),
-        "template": "qwen",
-        "cutoff_len": 1024,
-        "per_device_train_batch_size": 8,
-        "gradient_accumulation_steps": 1,
-        "learning_rate": 3.0e-3 if stage == "sft" else 1.0e-4,
-        "lr_scheduler_type": "cosine",
-        "warmup_ratio": 0.1,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": "none",
-        "plot_loss": True,
-        "overwrite_cache": True,
-        "preprocessing_num_workers": 1,
-        "output_dir": str(out),
-        "overwrite_output_dir": True,
-        "ignore_observation": True,
-        "ignore_observation_token": "observation",
-        "seed": 0,
-    }
-    cfg.update(extra)
-    return cfg
+@dataclass(frozen=True)
+class Profile:
+    """How much of everything one quickstart run does (tasks per family and split, SFT schedule, RL steps)."""
+
+    train_per_family: int = 600
+    rl_per_family: int = 12
+    heldout_per_family: int = 25
+    untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
+    sft_epochs: float = 2.0
+    sft_lr: float = 2e-3
+    rl_samples: int = 4  # samples per RL question for the pass-rate selection
+    rl_steps: int = 6
+    rl_lr: float = 1e-5
+
+
+DEFAULT = Profile()
+FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=2.0, rl_samples=8,
+               rl_steps=30)
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -66,9 +63,9 @@ def losses(output_dir: Path) -> list[tuple[int, float]]:
 
 
 def ascii_curve(points: list[tuple[int, float]], width: int = 60, height: int = 8) -> str:
-    """A small text plot of a loss curve."""
+    """A small text plot of a curve (loss, reward)."""
     if not points:
-        return "(no losses logged)"
+        return "(nothing logged)"
     ys = [y for _, y in points]
     lo, hi = min(ys), max(ys)
     span = (hi - lo) or 1.0
@@ -80,83 +77,110 @@ def ascii_curve(points: list[tuple[int, float]], width: int = 60, height: int = 
         line = "".join("•" if abs((y - lo) / span * height - r) < 0.5 else " " for y in cols)
         rows.append(f"{level:8.3f} |{line}")
     rows.append(" " * 9 + "+" + "-" * len(cols))
-    rows.append(" " * 10 + f"step 1 .. {points[-1][0]}   first {ys[0]:.3f}  last {ys[-1]:.3f}")
+    rows.append(" " * 10 + f"step {points[0][0]} .. {points[-1][0]}   first {ys[0]:.3f}  last {ys[-1]:.3f}")
     return "\n".join(rows)
 
 
-def _evaluate(model: Path, work: Path, servers: Any) -> dict[str, Any]:
-    """`afm eval run` on the demo benchmarks with the demo servers as tools; returns the report path."""
-    from afm.eval.run import main as eval_main
-
-    tools_yaml = work / "tools.yaml"
-    tools_yaml.write_text(yaml.safe_dump(servers.tools_config()))
-    run_dir = work / "eval"
-    code = eval_main(["--benchmarks", "demo_math,demo_code,demo_mhqa,demo_web", "--run-dir", str(run_dir),
-                      "--backend", "hf", "--model", str(model), "--tools-config", str(tools_yaml), "--n", "2",
-                      "--limit", "2", "--concurrency", "8", "--seed", "0", "--quiet"])
-    report = run_dir / "report.md"
-    if report.exists():
-        text = report.read_text()
-        print(text[: text.find("\n## ", text.find("\n## ") + 1)] if text.count("\n## ") > 1 else text[:3000])
-    return {"exit_code": code, "run_dir": str(run_dir), "report": str(report)}
+def _fmt(acc: dict[str, float]) -> str:
+    return "  ".join(f"{k} {100 * v:.0f}%" for k, v in acc.items())
 
 
-def run(workdir: str | Path = "runs/quickstart", sft_epochs: float = 3.0, dpo_epochs: float = 2.0,
-        n_sft: int = 64, n_dpo: int = 32, seed: int = 0) -> dict[str, Any]:
-    """Run the quickstart in ``workdir``; returns the paths and loss curves."""
-    from afm.demo.tiny_model import build_tiny_model
-    from afm.demo_content.samples import tokenizer_corpus, write_demo_data
+def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, seed: int = 0,
+        rl: bool = True) -> dict[str, Any]:
+    """Run the miniature recipe in ``workdir``; returns the summary (also written to ``summary.json``)."""
+    from afm.demo.agent_demo import DemoServers
+    from afm.demo.recipe import (SftSchedule, build_student, distill_sft_data, evaluate, make_world, select_rl_data,
+                                 sft_config, train_rl, train_sft)
+    from afm.quickstart_summary import stage_summary, table, write_report
 
-    t0 = time.time()
+    t0 = time.monotonic()
+    seconds: dict[str, float] = {}
     work = Path(workdir).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    model = work / "tiny-qwen2"
-    if not (model / "config.json").exists():
-        print(f"[1/7] building a tiny Qwen2 model and tokenizer in {model}", flush=True)
-        build_tiny_model(model, tokenizer_corpus(seed), hidden_size=128, intermediate_size=256, seed=seed)
-    else:
-        print(f"[1/7] reusing the tiny model in {model}", flush=True)
-    data = work / "data"
-    print(f"[2/7] writing demo CoA trajectories to {data}", flush=True)
-    write_demo_data(data, n_sft=n_sft, n_dpo=n_dpo, seed=seed)
+    (work / "profile.json").write_text(json.dumps(asdict(profile), indent=1) + "\n")
+    print(f"[1/8] the demo world: {profile.train_per_family} train / {profile.rl_per_family} RL / "
+          f"{profile.heldout_per_family} held-out tasks per family (arith, lookup, multihop, calc)", flush=True)
+    world, root = make_world(work, seed, {"train": profile.train_per_family, "rl": profile.rl_per_family,
+                                          "heldout": profile.heldout_per_family})
+    runs: dict[str, Path] = {}
+    with DemoServers(work / "servers", world=world) as servers:
+        print("[2/8] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
+              "solves the train split with the real tools; afm data filter; afm data convert", flush=True)
+        t = time.monotonic()
+        distilled = distill_sft_data(root, servers, work / "distill", seed=seed)
+        seconds["distill"] = time.monotonic() - t
+        data = distilled["data"]
+        print(f"      kept {distilled['filter_report'].get('records_out')} SFT samples -> {data}", flush=True)
 
-    sft_out, dpo_out = work / "sft", work / "dpo"
-    sft_cfg = work / "sft.yaml"
-    sft_cfg.write_text(yaml.safe_dump(_config(model, data, sft_out, "sft", num_train_epochs=sft_epochs)))
-    dpo_cfg = work / "dpo.yaml"
-    dpo_cfg.write_text(yaml.safe_dump(_config(sft_out, data, dpo_out, "dpo", num_train_epochs=dpo_epochs,
-                                              pref_beta=0.1, pref_loss="sigmoid")))
-    afm_sft = [sys.executable, "-m", "afm.sft.cli"]
+        model = build_student(work / "student", data, seed=seed)
+        schedule = SftSchedule(epochs=profile.sft_epochs, learning_rate=profile.sft_lr)
+        sft_yaml = work / "sft.yaml"
+        sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed)))
+        print("[3/8] observation masking report of the SFT set", flush=True)
+        _run([sys.executable, "-m", "afm.sft.cli", "mask-report", str(sft_yaml), "--json",
+              str(work / "mask_report.json")], work / "mask_report.log")
+        text = (work / "mask_report.log").read_text()
+        start = text.find("[afm] observation masking")
+        print(text[start:].split("\n---")[0].rstrip() if start >= 0 else text[-1500:], flush=True)
 
-    print("[3/7] masking report for the SFT set", flush=True)
-    report_json = work / "mask_report.json"
-    _run([*afm_sft, "mask-report", str(sft_cfg), "--show", "1", "--json", str(report_json)], work / "mask_report.log")
-    log_text = (work / "mask_report.log").read_text()
-    start = log_text.find("[afm] observation masking")
-    print(log_text[start:].split("\n---")[0].rstrip() if start >= 0 else log_text[-2000:])
-    sample = log_text[log_text.find("--- sample 0"):]
-    if sample.startswith("--- sample"):
-        print("\n".join(sample.splitlines()[:24]))
+        print("[4/8] the untrained student on held-out questions (afm eval run, hf backend, real tools)", flush=True)
+        t = time.monotonic()
+        runs["untrained"] = work / "eval" / "untrained"
+        print("      " + _fmt(evaluate(model, root, servers, runs["untrained"], limit=profile.untrained_limit)),
+              flush=True)
+        seconds["eval_untrained"] = time.monotonic() - t
 
-    print("[4/7] masked SFT, then masked DPO (LLaMA-Factory through afm-sft)", flush=True)
-    _run([*afm_sft, "train", str(sft_cfg)], work / "sft.log")
-    _run([*afm_sft, "train", str(dpo_cfg)], work / "dpo.log")
+        print("[5/8] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked)", flush=True)
+        t = time.monotonic()
+        sft = train_sft(model, data, work / "sft", schedule, seed)
+        seconds["sft"] = time.monotonic() - t
+        curve = losses(sft)
+        print(ascii_curve(curve), flush=True)
+        t = time.monotonic()
+        runs["sft"] = work / "eval" / "sft"
+        print("      SFT: " + _fmt(evaluate(sft, root, servers, runs["sft"])), flush=True)
+        seconds["eval_sft"] = time.monotonic() - t
 
-    curves = {"sft": losses(sft_out), "dpo": losses(dpo_out)}
-    print("[5/7] loss curves", flush=True)
-    for name, points in curves.items():
-        print(f"\n{name.upper()} loss ({len(points)} steps)")
-        print(ascii_curve(points))
-    from afm.demo.agent_demo import DemoServers, run_agent_demo
+        dapo = None
+        if rl:
+            print("[6/8] RL selection: the SFT policy samples each RL question "
+                  f"{profile.rl_samples} times; afm data select drops the ones it always solves", flush=True)
+            t = time.monotonic()
+            sel = select_rl_data(sft, root, servers, work / "rl_data", n=profile.rl_samples, seed=seed)
+            seconds["rl_select"] = time.monotonic() - t
+            print(f"      kept {sel['report'].get('kept')} of {sel['report'].get('questions')} questions "
+                  f"(mean pass rate {sel['report'].get('mean_pass_rate', 0):.2f}) -> {sel['parquet']}", flush=True)
+            print(f"[7/8] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, hf rollout, afm_agent "
+                  "loop, the same tools)", flush=True)
+            t = time.monotonic()
+            dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps,
+                            knobs={"LR": profile.rl_lr})
+            seconds["rl"] = time.monotonic() - t
+            reward = dapo.curve("critic/score/mean")
+            print("      reward per step (critic/score/mean):\n" + ascii_curve(reward), flush=True)
+            t = time.monotonic()
+            runs["rl"] = work / "eval" / "rl"
+            print("      RL: " + _fmt(evaluate(dapo.model, root, servers, runs["rl"])), flush=True)
+            seconds["eval_rl"] = time.monotonic() - t
 
-    with DemoServers(work / "servers") as servers:
-        print("\n[6/7] rollouts: the SFT model answers demo questions through the engine, with the local tool "
-              "servers and the code sandbox", flush=True)
-        rollouts = run_agent_demo(sft_out, work / "rollouts", servers=servers)
-        print("\n[7/7] evaluation: the SFT model on the demo benchmarks (2 questions x 2 samples each), scored by "
-              "afm.rewards, with a report", flush=True)
-        evaluation = _evaluate(sft_out, work, servers)
-    print(f"\nDone in {time.time() - t0:.0f}s. Outputs in {work}: sft/ and dpo/ (checkpoints, training_loss.png), "
-          "mask_report.json, rollouts/trajectories.jsonl, eval/ (results.jsonl, report.md, plots), *.log")
-    return {"workdir": str(work), "curves": curves, "mask_report": json.loads(report_json.read_text()),
-            "rollouts": rollouts, "evaluation": evaluation}
+    print("[8/8] summary", flush=True)
+    compare = [("sft", "untrained")] + ([("rl", "sft")] if "rl" in runs else [])
+    summary = stage_summary({k: str(v) for k, v in runs.items()}, compare=compare)
+    seconds["total"] = time.monotonic() - t0
+    summary["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
+    summary["profile"] = asdict(profile)
+    summary["sft_loss"] = curve
+    if dapo is not None:
+        summary["rl_reward"] = dapo.curve("critic/score/mean")
+    notes = [f"{k}: {v:.0f} s" for k, v in seconds.items()]
+    summary_path, report = write_report(summary, work, notes=notes)
+    print(table(summary))
+    print(f"\nDone in {seconds['total']:.0f}s. {summary_path}, {report}, {work / 'summary.png'}; eval runs in "
+          f"{work / 'eval'} (afm eval report {work / 'eval' / 'sft'} ...)", flush=True)
+    return summary
+
+
+def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
+    """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's)."""
+    base = FULL if full else DEFAULT
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})

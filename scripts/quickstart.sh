@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job on embedded defaults, offline on CPU: build a tiny Qwen2 model and tokenizer, write demo CoA
-# trajectories, print the observation-masking report, run masked SFT then masked DPO through afm-sft (real
-# LLaMA-Factory runs), print the loss curves.
-#   bash scripts/quickstart.sh [--workdir runs/quickstart]
+# The main job on embedded defaults, offline on CPU: the recipe in miniature on the demo world. Multi-agent
+# distillation against the real tool servers and sandbox -> filter -> convert -> masked SFT (LLaMA-Factory) ->
+# RL selection -> DAPO (verl's trainer, CPU backend) -> afm eval run after each stage; writes
+# runs/quickstart/summary.json, report.md and summary.png (accuracy per stage and task family with CIs).
+#   bash scripts/quickstart.sh [--workdir runs/quickstart] [--full] [--no-rl]
+# Installs .venv (LLaMA-Factory side) and, unless --no-rl, .venv-rl (verl; or set AFM_RL_PYTHON).
 set -euo pipefail
 # --help prints this text without installing anything.
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -12,6 +14,9 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
 fi
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+if [[ " $* " != *" --no-rl "* && -z "${AFM_RL_PYTHON:-}" ]]; then
+  AFM_VENV="${AFM_RL_VENV:-.venv-rl}" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" bash scripts/install.sh
+fi
 if [[ "${AFM_VENV:-.venv}" == "none" ]]; then AFM=afm; else AFM="${AFM_VENV:-.venv}/bin/afm"; fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec "$AFM" quickstart "$@"

@@ -2,6 +2,8 @@
 # Install what the tests need and run them, in two environments (LLaMA-Factory and verl cannot share one):
 #   1. .venv     (scripts/install.sh: CPU torch, LLaMA-Factory, servers, sandbox, eval, dev) -> every test but tests/rl
 #   2. .venv-rl  (extras rl,servers,sandbox,eval,dev: verl[verl-core]==0.9.1)              -> tests/rl
+# Both are installed before any test runs: the miniature recipe's test (tests/test_quickstart_recipe.py) runs in
+# .venv and launches its DAPO stage with .venv-rl's interpreter, as the quickstart does.
 #   bash scripts/test.sh [pytest args...]      # args go to both runs
 #   AFM_SKIP_RL=1 bash scripts/test.sh ...     # only the first environment
 #   AFM_ONLY_RL=1 bash scripts/test.sh ...     # only the verl tests
@@ -32,13 +34,15 @@ fi
 [[ "${AFM_SKIP_RL:-0}" == "1" ]] && run_rl=0
 
 status=0
+(( run_main )) && bash scripts/install.sh
+if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "none" ]]; then
+  AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" bash scripts/install.sh
+fi
 if (( run_main )); then
-  bash scripts/install.sh
   if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
   "$PY" -m pytest --ignore=tests/rl "${flags[@]}" "${main_paths[@]}" || status=$?
 fi
 if (( run_rl )); then
-  AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" bash scripts/install.sh
   "$AFM_RL_VENV/bin/python" -m pytest "${flags[@]}" "${rl_paths[@]:-tests/rl}" || status=$?
 fi
 exit "$status"

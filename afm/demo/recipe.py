@@ -42,10 +42,10 @@ class ModelSize:
     """The tiny student: a Qwen2 sized so masked SFT learns the demo world in minutes on 2 CPU cores."""
 
     vocab_size: int = 1024
-    hidden_size: int = 192
-    intermediate_size: int = 512
+    hidden_size: int = 128
+    intermediate_size: int = 384
     num_layers: int = 4
-    num_heads: int = 6
+    num_heads: int = 4
     num_kv_heads: int = 2
 
 
@@ -126,15 +126,16 @@ def tokenizer_texts(data_dir: Path) -> list[str]:
 
 
 def build_student(out: Path, data_dir: Path, size: ModelSize = ModelSize(), seed: int = 0) -> Path:
-    """The untrained student (random weights) with a tokenizer trained on the SFT set."""
-    from afm.demo.tiny_model import build_tiny_model
+    """The untrained student (random weights) with a tokenizer trained on the SFT set; words are the same tokens
+    wherever they appear (:data:`afm.demo.tiny_model.WORD_PATTERN`), so copying an unseen name is learnable."""
+    from afm.demo.tiny_model import WORD_PATTERN, build_tiny_model
 
     if (out / "config.json").exists():
         return out
     return build_tiny_model(out, tokenizer_texts(data_dir), vocab_size=size.vocab_size,
                             hidden_size=size.hidden_size, intermediate_size=size.intermediate_size,
                             num_layers=size.num_layers, num_heads=size.num_heads, num_kv_heads=size.num_kv_heads,
-                            seed=seed)
+                            seed=seed, pattern=WORD_PATTERN)
 
 
 def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule = SftSchedule(),
