@@ -44,6 +44,49 @@ PAIRS = [
 ]
 
 
+# Real golds of the original's shipped files (math500.parquet rows 242, 459, 488; OlympiadBench.parquet rows 194,
+# 76, 9) with answers that the original scorer (gold always boxed) accepts: afm must accept them too.
+REAL_GOLDS = [
+    ("MATH500", "\\$32,\\!348", "\\boxed{32,\\!348}", True),
+    ("MATH500", "\\$32,\\!348", "32348", True),
+    ("MATH500", "\\$18.90", "\\boxed{18.90}", True),
+    ("MATH500", "\\$18.90", "$18.9$", True),
+    ("MATH500", "\\$18.90", "\\$18.90", True),
+    ("MATH500", "\\$36", "\\boxed{36}", True),
+    ("MATH500", "\\$36", "36", True),
+    ("MATH500", "\\$36", "\\boxed{\\$36}", True),
+    ("MATH500", "\\$36", "\\boxed{37}", False),
+    ("OlympiadBench", "$221,$8$", "\\boxed{221, 8}", True),
+    ("OlympiadBench", "$221,$8$", "\\boxed{8, 221}", True),
+    ("OlympiadBench", "$221,$8$", "221", False),  # half of a two-part answer
+    ("OlympiadBench", "$69$,$84$", "69, 84", True),
+    ("OlympiadBench", "$69$,$84$", "69", False),
+    ("OlympiadBench", "$(-\\infty, 0) \\cup\\{1\\}$.", "\\boxed{(-\\infty, 0) \\cup \\{1\\}}", True),
+    ("OlympiadBench", "$(-\\infty, 0) \\cup\\{1\\}$.", "(-\\infty,0)\\cup\\{1\\}", True),
+]
+
+# A solution set written as an inequality in one variable equals the interval (and the other way round).
+INEQUALITIES = [
+    ("MATH500", "(3,4]", "3 < x \\le 4", True),
+    ("MATH500", "(3,4]", "$3<x\\leq 4$", True),
+    ("MATH500", "(3,4]", "4 \\geq x > 3", True),
+    ("MATH500", "(3,4]", "\\boxed{3 < t \\leqslant 4}", True),
+    ("MATH500", "3 < x \\le 4", "(3,4]", True),
+    ("MATH500", "[2,\\infty)", "x \\ge 2", True),
+    ("MATH500", "(-\\infty,-1)", "x < -1", True),
+    ("MATH500", "(3,4]", "3 \\le x \\le 4", False),  # closed at 3
+    ("MATH500", "(3,4]", "3 < x < 4", False),
+    ("MATH500", "[2,\\infty)", "x > 2", False),
+]
+
+
+@pytest.mark.parametrize(("source", "gold", "answer", "correct"), REAL_GOLDS + INEQUALITIES)
+def test_escaped_dollars_pieces_and_inequalities(source, gold, answer, correct):
+    result = compute_score(source, traj(answer), gold)
+    assert result["acc"] == float(correct), result
+    assert result["error"] == ""
+
+
 @pytest.mark.parametrize(("source", "gold", "answer", "correct"), PAIRS)
 def test_math_verify_pairs(source, gold, answer, correct):
     result = compute_score(source, traj(answer), gold)
