@@ -341,7 +341,8 @@ def _question(gt: GroundTruth, extra_info: Mapping[str, Any], question: str | No
 
 
 def _result(verdict: Verdict | None, pred: str, gt: GroundTruth, mode: str) -> dict[str, Any]:
-    em, f1 = qa_match(pred, gt.targets, mode)
+    # Web golds may contain "|" (HLE); the multi-answer "|" rule is the MHQA format's, not theirs.
+    em, f1 = qa_match(pred, gt.targets, mode, multi_answer=False)
     details: dict[str, Any] = {"em": float(em), "f1": round(f1, 6), "qa_mode": mode}
     if verdict is None or verdict.correct is None:
         # No judge, or a judge that kept failing: normalised EM, labelled as such.
