@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 from collections import Counter
@@ -16,6 +17,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,8 +94,10 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
                     desc: str = "trajectories") -> dict[str, Any]:
     """Run every task not yet in ``store``; returns counts (done, skipped, failed, cancelled).
 
-    ``run_one`` returns the record to store (it must contain ``key``). SIGINT/SIGTERM stop the launch of new
-    tasks and cancel running ones; everything finished before that is already on disk.
+    ``run_one`` returns the record to store (it must contain ``key``); an exception it raises counts the task
+    as failed and is reported with the task's key, above the bar or, without one, as a log warning. SIGINT/SIGTERM
+    stop the launch of new tasks and cancel running ones; everything finished before that is already on disk.
+    ``done + failed + cancelled`` equals the tasks not skipped.
     """
     all_tasks = list(tasks)
     todo = [t for t in all_tasks if t.key not in store]
@@ -123,8 +128,11 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
                 record = await run_one(task)
             except Exception as exc:  # a cancelled task is counted once, below, by task.cancelled()
                 counts["failed"] += 1
+                message = f"[{task.key}] failed: {type(exc).__name__}: {exc}"
                 if bar is not None:
-                    bar.write(f"[{task.key}] failed: {type(exc).__name__}: {exc}")
+                    bar.write(message)
+                else:  # --quiet hides the bar, never the reason a task failed
+                    logger.warning(message)
                 return
             store.append(record)
             counts["done"] += 1
