@@ -25,12 +25,13 @@ from afm.rewards.registry import (
     register_scorer,
     unregister_scorer,
 )
-from afm.rewards.score import RESULT_KEYS, compute_score, compute_score_async
+from afm.rewards.score import RESULT_KEYS, InfrastructureError, compute_score, compute_score_async
 from afm.rewards.verdict import parse_verdict
 
 __all__ = [
     "FORMAT_MODES",
     "PROMPT_VERSION",
+    "InfrastructureError",
     "RESULT_KEYS",
     "GroundTruth",
     "Judge",
