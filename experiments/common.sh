@@ -80,6 +80,8 @@
 #   REWARD_FN               task        compute_score | compute_score_async (web: async, awaits the LLM judge)
 #   REWARD_NUM_WORKERS      8           reward-loop worker actors
 #   FORMAT_MODE             score_only  CoA format rule in the reward: score_only | multiply | penalty
+#   INFRA_FAIL_LIMIT        8           stop the step after N infrastructure failures in a row (dead sandbox or
+#                                       judge) in a reward worker, instead of training on 0 rewards; 0 = never
 #   OVERLONG_BUFFER         true        (dapo) linear penalty over the last OVERLONG_BUFFER_LEN response tokens
 #   OVERLONG_BUFFER_LEN     resp/8      (dapo) buffer length; resp/8 is the original's 7L/8 threshold
 #   OVERLONG_PENALTY_FACTOR 1.0         (dapo) penalty at the full response length
@@ -390,6 +392,7 @@ afm_rl_main() {
   local reward_manager=${REWARD_MANAGER:-dapo} reward_fn=$REWARD_FN
   local reward_workers=${REWARD_NUM_WORKERS:-8}
   local format_mode=${FORMAT_MODE:-score_only}
+  local infra_limit=${INFRA_FAIL_LIMIT:-8}
   local overlong_len=${OVERLONG_BUFFER_LEN:-$((MAX_RESPONSE_LENGTH / 8))}
   local overlong_factor=${OVERLONG_PENALTY_FACTOR:-1.0}
   local sp_size=${SP_SIZE:-1}
@@ -443,6 +446,7 @@ afm_rl_main() {
     score_only | multiply | penalty) ;;
     *) afm_die "FORMAT_MODE must be score_only, multiply or penalty (got '$format_mode')" ;;
   esac
+  [[ $infra_limit =~ ^[0-9]+$ ]] || afm_die "INFRA_FAIL_LIMIT must be a whole number >= 0 (got '$infra_limit')"
   case "$FILTER_METRIC" in
     acc | score | reward) ;;
     *) afm_die "FILTER_METRIC must be acc, score or reward (got '$FILTER_METRIC')" ;;
@@ -627,6 +631,7 @@ afm_rl_main() {
     "reward.custom_reward_function.path=$reward_path"
     "reward.custom_reward_function.name=$reward_fn"
     "+reward.custom_reward_function.reward_kwargs.format_mode=$format_mode"
+    "+reward.custom_reward_function.reward_kwargs.infra_fail_limit=$infra_limit"
   )
   if [[ $reward_manager == dapo ]]; then
     [[ $ALGORITHM == ppo ]] && afm_warn "REWARD_MANAGER=dapo with ALGORITHM=ppo: DAPO's overlong shaping on PPO"

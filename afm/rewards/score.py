@@ -79,7 +79,7 @@ class _InfraStreak:
             raise InfrastructureError(
                 f"{count} infrastructure failures in a row (last: {data_source}: {error or 'no detail'}); the sandbox "
                 f"or the judge is down, so rewards would all be 0. Fix it and resume, or raise infra_fail_limit "
-                f"(${INFRA_LIMIT_ENV}; 0 disables this check).")
+                f"(INFRA_FAIL_LIMIT of experiments/*.sh, or ${INFRA_LIMIT_ENV}; 0 disables this check).")
 
 
 _streak = _InfraStreak()
