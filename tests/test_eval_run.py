@@ -195,3 +195,22 @@ def test_judge_fallback_and_public_lcb_tests_are_said_at_start_and_in_the_headli
     headline = (run_dir / "report.md").read_text().split("- run:")[0]
     assert "**Scored by EM/F1 fallback, not the judge** (demo_web 1/1 samples)" in headline
     assert "**LiveCodeBench graded without private tests** (demo_code 1/1 samples on public tests only)" in headline
+
+
+def test_start_warnings_name_an_unreachable_judge_and_stay_quiet_when_all_is_set(llm, tmp_path):
+    import socket
+
+    from afm.eval.datasets import get_benchmark
+    from afm.eval.run import start_warnings
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    specs = {b: get_benchmark(b) for b in ("demo_web", "demo_code", "demo_math")}
+    warnings = start_warnings(specs, {"GRM_BASE_URL": dead})
+    assert len(warnings) == 2
+    assert warnings[0].startswith(f"the judge at {dead} is not reachable")
+    assert "demo_web will be scored by EM/F1 fallback, not the judge" in warnings[0]
+    assert "demo_code will be graded on the public tests" in warnings[1]
+    assert start_warnings(specs, {"GRM_BASE_URL": llm.base_url, "LIVECODEBENCH_TESTCASES_DIR": str(tmp_path)}) == []
+    assert start_warnings({"demo_math": specs["demo_math"]}, {}) == []  # nothing judged, no LiveCodeBench

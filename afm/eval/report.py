@@ -415,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"afm eval report: {exc}", file=sys.stderr)
         return 2
+    summary = json.loads((path.parent / "summary.json").read_text())["run"]
+    for line in _caveat_lines(summary):  # the headline's warnings, on the console too
+        if line:
+            print("warning: " + line.lstrip("> ").replace("**", ""), file=sys.stderr)
     print(f"report: {path}")
     return 0
 
