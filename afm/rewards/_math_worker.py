@@ -24,7 +24,7 @@ def _on_alarm(signum: int, frame: object) -> None:
 
 
 def _wrap(text: str) -> str:
-    # A bare "\\{1,2\\}" or "[0,1)" is not extracted by Math-Verify unless it sits in math mode; \\boxed{} also gives
+    # A bare "\{1,2\}" or "[0,1)" is not extracted by Math-Verify unless it sits in math mode; \boxed{} also gives
     # it priority over stray numbers in the text.
     if "\\boxed" in text or "$" in text or "\\(" in text or "\\[" in text:
         return text
@@ -89,13 +89,13 @@ def _parses(text: str, *, gold: bool) -> list[list[Any]]:
     """Math-Verify parses of one answer; the answer matches when any of them verifies.
 
     The first parse of the wrapped or the raw text is the answer itself (the raw text only as a fallback: read
-    raw, "8n^2+4n+1" yields its last number). Golds add the original scorer's form, always boxed as written, so
-    afm never scores a real gold below it (OlympiadBench row 194 "$221,$8$" parses only that way). An
-    inequality in one variable adds its interval.
+    raw, "8n^2+4n+1" yields its last number). Golds add the original scorer's form, always boxed, so afm never
+    scores a real gold below it (OlympiadBench row 194 "$221,$8$" parses only that way). An inequality in one
+    variable adds its interval.
     """
     from math_verify import parse
 
-    text = _no_currency(text) if gold else text
+    text = _no_currency(text)
     out = []
     # A gold of several "$...$" pieces ("$69$,$84$", "$221,$8$") is one answer made of all of them; read as text,
     # Math-Verify keeps only the first piece, so such golds are read only in the boxed forms below.
@@ -108,7 +108,7 @@ def _parses(text: str, *, gold: bool) -> list[list[Any]]:
         extra.append("\\boxed{" + text + "}")
         if "$" in text:
             extra.append("\\boxed{" + text.replace("$", "") + "}")
-    interval = inequality_interval(_no_currency(text))
+    interval = inequality_interval(text)
     if interval is not None:
         extra.append("\\boxed{" + interval + "}")
     for form in dict.fromkeys(extra):
