@@ -111,9 +111,9 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
 
     ``run_one`` returns the record to store (it must contain ``key``); an exception it raises, or a record that
     :func:`is_failed` (stored, with its ``failure`` reason), counts the task as failed, reported with the task's
-    key above the bar or, without one, as a log warning. SIGINT/SIGTERM
-    stop the launch of new tasks and cancel running ones; everything finished before that is already on disk.
-    ``done + failed + cancelled`` equals the tasks not skipped.
+    key above the bar or, without one, as a log warning. SIGINT/SIGTERM stop the launch of new tasks and cancel
+    running ones; everything finished before that is already on disk. ``done + failed + cancelled`` equals the
+    tasks not skipped.
     """
     all_tasks = list(tasks)
     todo = [t for t in all_tasks if t.key not in store]
