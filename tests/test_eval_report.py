@@ -132,7 +132,7 @@ def test_headline_warns_about_fallback_public_tests_and_infrastructure_failures(
                  failure="sandbox: sandbox failure: nsjail could not mount /usr")
     engine = rec("gaia", "g9", 0, 0.0, method="not_scored", status="failed", failure="engine: HTTP 503")
     retried = [rec("gaia", "g8", 0, 0.0, status="failed", failure="engine: HTTP 503"), rec("gaia", "g8", 0, 1.0)]
-    run = write_run(tmp_path / "run", records + [failed, engine, *retried])
+    run = write_run(tmp_path / "run", [*records, failed, engine, *retried])
     assert main([str(run), "--bootstrap", "100"]) == 0
     err = capsys.readouterr().err
     head = (run / "report.md").read_text().split("- run:")[0]

@@ -222,7 +222,7 @@ def _row_tests(row: Mapping[str, Any], allow_pickle: bool) -> tuple[list[dict[st
         ins, outs = gt.get("stdin") or [], gt.get("expected_output") or []
         if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
             raise ValueError("ground truth stdin and expected_output must be lists of equal length")
-        return [{"input": str(i), "output": str(o), "testtype": "stdin"} for i, o in zip(ins, outs)], [], fn
+        return [{"input": str(i), "output": str(o), "testtype": "stdin"} for i, o in zip(ins, outs, strict=True)], [], fn
     if "functional" in gt:
         return functional_asserts_to_tests(str(gt["functional"])), [], fn
     return [], [], fn

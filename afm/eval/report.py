@@ -186,7 +186,7 @@ def _caveat_lines(summary: dict[str, Any]) -> list[str]:
         benches = ", ".join(f"{b}: {n}" for b, n in infra["by_benchmark"].items())
         lines.append(f"> **{infra['total']} samples failed on infrastructure** ({kinds}; {benches}) and are in no "
                      "score; run the same `afm eval run` command again to retry them.")
-    return lines + [""] if lines else []
+    return [*lines, ""] if lines else []
 
 
 def _header(summary: dict[str, Any], title: str) -> list[str]:

@@ -31,9 +31,9 @@ from afm.rewards.verdict import parse_verdict
 __all__ = [
     "FORMAT_MODES",
     "PROMPT_VERSION",
-    "InfrastructureError",
     "RESULT_KEYS",
     "GroundTruth",
+    "InfrastructureError",
     "Judge",
     "JudgeConfig",
     "MathVerdict",

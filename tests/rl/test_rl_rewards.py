@@ -195,5 +195,5 @@ def test_infrastructure_failures_are_flagged_then_stop_the_step(tiny_model, toke
     for o in out:
         info = o["reward_extra_info"]
         assert info["infra_error"] == 1.0 and info["error"].startswith("sandbox failure"), info
-    with pytest.raises(Exception, match="(?s)3 infrastructure failures in a row .*the sandbox or the judge is down"):
+    with pytest.raises(Exception, match=r"(?s)3 infrastructure failures in a row .*the sandbox or the judge is down"):
         score_all(code_config(tiny_model, tmp_path, "3"), batch(tokenizer, samples, response_length=128))
