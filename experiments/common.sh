@@ -83,6 +83,8 @@
 #   REWARD_FN               task        compute_score | compute_score_async (web: async, awaits the LLM judge)
 #   REWARD_NUM_WORKERS      8           reward-loop worker actors
 #   FORMAT_MODE             score_only  CoA format rule in the reward: score_only | multiply | penalty
+#   INFRA_FAIL_LIMIT        8           stop the step after N infrastructure failures in a row (dead sandbox or
+#                                       judge) in a reward worker, instead of training on 0 rewards; 0 = never
 #   OVERLONG_BUFFER         true        (dapo) linear penalty over the last OVERLONG_BUFFER_LEN response tokens
 #   OVERLONG_BUFFER_LEN     resp/8      (dapo) buffer length; resp/8 is the original's 7L/8 threshold
 #   OVERLONG_PENALTY_FACTOR 1.0         (dapo) penalty at the full response length

@@ -94,7 +94,7 @@ def test_cli_refuses_pickle_then_writes_files_that_grade_correctly(tmp_path, cap
     report = capsys.readouterr().out
     assert "wrote 1 test-case files" in report and "2 rows skipped" in report
     assert "pickle payload refused (pass --allow-pickle) (rows 1 (abc900_a))" in report
-    assert "no question_id (rows 3 ())" in report
+    assert "no question_id (nor extra_info.index, nor one in the ground truth) (rows 3 ())" in report
     assert not (out / "abc900_a.json").exists()
 
     parquet = tmp_path / "lcb.parquet"
@@ -102,9 +102,11 @@ def test_cli_refuses_pickle_then_writes_files_that_grade_correctly(tmp_path, cap
     assert lcb.main([str(parquet), str(out), "--allow-pickle"]) == 0
     assert "wrote 2 test-case files" in capsys.readouterr().out
     sum_file = json.loads((out / "abc900_a.json").read_text())
-    assert sum_file == {"question_id": "abc900_a", "tests": SUM_PUBLIC + SUM_PRIVATE, "fn_name": None}
+    assert sum_file == {"question_id": "abc900_a", "tests": SUM_PUBLIC + SUM_PRIVATE, "fn_name": None,
+                        "private_tests": 2}
     add_file = json.loads((out / "3999.json").read_text())
-    assert add_file == {"question_id": "3999", "tests": ADD_PUBLIC + ADD_PRIVATE, "fn_name": "add"}
+    assert add_file == {"question_id": "3999", "tests": ADD_PUBLIC + ADD_PRIVATE, "fn_name": "add",
+                        "private_tests": 1}
 
     # Graded through afm.rewards on the processed files: public + private tests.
     res = compute_score("livecodebench_v5", answer(SUM_OK), {"question_id": "abc900_a"},
@@ -150,3 +152,70 @@ def test_download_writer_filters_by_contest_date_and_writes_the_tests(tmp_path):
     assert len(json.loads((tests_dir / "abc900_a.json").read_text())["tests"]) == 3
     items = load_benchmark("livecodebench_v5", data_root=tmp_path / "eval")
     assert [(i.qid, i.gold["question_id"]) for i in items] == [("abc900_a", "abc900_a"), ("3999", "3999")]
+
+
+# Rows in the layout of the original's livecodebench_v5.parquet (verl RL rows: the id in extra_info.index and
+# in the ground truth, no question_id column, the tests in the ground truth, the instructions in the prompt).
+ROW_STDIN_NOTE = ("In you final answer code nippet, read the inputs from stdin to solve the problem and write the "
+                  "answer to stdout (do not directly test on the example inputs). Ensure that when the python "
+                  "program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.")
+ROW_ANSWER_FORMAT = ("Answer format: The answer should be a complete python code snippet with necessary imports. "
+                     "Answer should begin with '```py\n' and end with '```\n'. For instance:\n```py\nimport math\n"
+                     "def add(x,y):\n    return math.add(x,y)\n```\n")
+ADD_STARTER = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        "
+
+
+def rl_rows() -> list[dict]:
+    def row(qid, content, gt, metadata="{}", starter=""):
+        return {"data_source": "skywork_livecodebench_v5", "ability": "coding",
+                "prompt": [{"role": "user", "content": "You are an expert python code programmer.\n\nTask: " + content}],
+                "reward_model": {"ground_truth": json.dumps(gt), "style": "rule"},
+                "extra_info": {"index": qid, "metadata": metadata, "split": "test", "starter_code": starter,
+                               "platform": "atcoder" if not starter else "leetcode"}}
+
+    return [
+        row("abc900_a", f"Print the sum of N ints.\n\nSample Input 1\n\n2\n1 2\n\nSample Output 1\n\n3\n"
+                        f"{ROW_STDIN_NOTE}\n{ROW_ANSWER_FORMAT}",
+            {"stdin": ["2\n1 2\n"], "expected_output": ["3\n"], "question_id": "abc900_a"}),
+        row("3999", "Return a + b.\nYou will use the following starter code to write the solution to the problem.\n"
+                    f"```py\n{ADD_STARTER}\n```\n\n{ROW_ANSWER_FORMAT}",
+            {"functional": "\nresult = Solution().add(1, 2)\nassert result == 3, f\"Expected 3, got {result}\"\n"
+                           "\nresult = Solution().add(10, -4)\nassert result == 6\n",
+             "question_id": "3999"},
+            metadata=json.dumps({"func_name": "add"}), starter=ADD_STARTER),
+    ]
+
+
+def test_cli_accepts_rl_rows_whose_id_is_in_extra_info(tmp_path, capsys):
+    src = write_records(rl_rows(), tmp_path / "livecodebench_v5.parquet")
+    out = tmp_path / "tests"
+    assert lcb.main([str(src), str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "wrote 2 test-case files" in report and "0 rows skipped" in report and "no question_id" not in report
+    assert "2 problems have no private tests, so they will be graded on their public tests only" in report
+    add_file = json.loads((out / "3999.json").read_text())
+    assert add_file == {"question_id": "3999", "fn_name": "add", "private_tests": 0, "tests": [
+        {"input": "1\n2", "output": "3", "testtype": "functional"},
+        {"input": "10\n-4", "output": "6", "testtype": "functional"}]}
+    # The files grade: the functional asserts were read back into argument/result pairs.
+    items = {i.qid: i for i in load_benchmark("livecodebench_v5", src)}
+    ok = compute_score("livecodebench_v5", answer(ADD_OK), items["3999"].gold, code_tests_dir=str(out))
+    assert ok["acc"] == 1.0 and json.loads(ok["details"])["total"] == 2
+    assert json.loads(ok["details"])["tests_from"] == "file_public_only"
+    with pytest.raises(ValueError, match="unexpected statement"):
+        lcb.functional_asserts_to_tests("import os\nassert f(1) == 2")
+
+
+def test_rl_rows_say_the_answer_format_once(tmp_path):
+    from afm.prompts import build_messages, get_prompt
+
+    src = write_records(rl_rows(), tmp_path / "livecodebench_v5.parquet")
+    for item in load_benchmark("livecodebench_v5", src):
+        text = build_messages(get_prompt("code_agent"), item.question, extra=item.prompt_extra or None)[-1]["content"]
+        assert text.count("Answer format") == 1, text
+        assert "In you final answer code nippet" not in text and "For instance" not in text
+        if item.qid == "3999":
+            assert text.count("def add(self, a: int, b: int)") == 1  # the starter code, once
+            assert "Return a + b." in text
+        else:
+            assert "Sample Output 1" in text and text.count("STDIN") == 1

@@ -122,3 +122,25 @@ def test_report_on_empty_run(tmp_path):
     text = write_report(run, resamples=100).read_text()
     assert "No results yet." in text and "unparsable lines skipped: 1" in text
     assert_png(run / "plots" / "accuracy.png")
+
+
+def test_headline_warns_about_fallback_public_tests_and_infrastructure_failures(tmp_path, capsys):
+    records = [rec("gaia", f"g{i}", 0, 1.0, method="em_f1_fallback" if i < 2 else "judge") for i in range(3)]
+    records += [rec("livecodebench_v5", f"c{i}", 0, 1.0, method="code_tests", tests_from=t)
+                for i, t in enumerate(("inline", "file", "file_public_only"))]
+    failed = rec("livecodebench_v5", "c9", 0, 0.0, method="code_tests", status="failed",
+                 failure="sandbox: sandbox failure: nsjail could not mount /usr")
+    engine = rec("gaia", "g9", 0, 0.0, method="not_scored", status="failed", failure="engine: HTTP 503")
+    retried = [rec("gaia", "g8", 0, 0.0, status="failed", failure="engine: HTTP 503"), rec("gaia", "g8", 0, 1.0)]
+    run = write_run(tmp_path / "run", [*records, failed, engine, *retried])
+    assert main([str(run), "--bootstrap", "100"]) == 0
+    err = capsys.readouterr().err
+    head = (run / "report.md").read_text().split("- run:")[0]
+    assert "**Scored by EM/F1 fallback, not the judge** (gaia 2/4 samples)" in head
+    assert "**LiveCodeBench graded without private tests** (livecodebench_v5 2/3 samples on public tests only)" in head
+    assert "**2 samples failed on infrastructure** (sandbox: 1, engine: 1; livecodebench_v5: 1, gaia: 1)" in head
+    assert "warning: Scored by EM/F1 fallback, not the judge" in err and "failed on infrastructure" in err
+    summary = json.loads((run / "summary.json").read_text())["run"]
+    # the failed samples are in no score; the retried one counts once, with its new result
+    assert summary["benchmarks"]["gaia"]["samples"] == 4 and summary["duplicates"] == 0
+    assert summary["benchmarks"]["livecodebench_v5"]["samples"] == 3

@@ -101,3 +101,116 @@ def test_resume_refuses_another_model(llm, tiny_model, tmp_path):
     proc = subprocess.run(eval_cmd(llm, tiny_model, run_dir, "demo_math", "--no-report"), capture_output=True,
                           text=True, cwd=REPO, timeout=120)
     assert proc.returncode != 0 and "different settings" in proc.stderr
+
+
+def run_eval(llm, tiny_model, run_dir: Path, benchmarks: str, *extra: str, env: dict | None = None):
+    full = {k: v for k, v in os.environ.items() if k not in ("GRM_BASE_URL", "LIVECODEBENCH_TESTCASES_DIR")}
+    full.update(env or {})
+    return subprocess.run(eval_cmd(llm, tiny_model, run_dir, benchmarks, *extra), capture_output=True, text=True,
+                          cwd=REPO, timeout=300, env=full)
+
+
+def lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def test_engine_errors_are_stored_as_failed_counted_apart_and_retried_on_resume(llm, tiny_model, tmp_path):
+    from afm.eval.datasets import load_benchmark
+    from afm.eval.metrics import summarize_run
+
+    items = load_benchmark("demo_math", data_root=tmp_path / "nodata")
+    down = {items[0].qid, items[1].qid}
+
+    def answers(*broken):
+        rules = []
+        for item in items:
+            if item.qid in broken:  # the model server is down for these prompts
+                rules.append({"match": re.escape(item.question), "status": 503, "content": "engine overloaded"})
+            else:
+                rules.append({"match": re.escape(item.question),
+                              "content": f"<think> t </think>\n<answer>\\boxed{{{item.gold}}}</answer>"})
+        return rules
+
+    llm.reset()
+    llm.rules(*answers(*down))
+    run_dir = tmp_path / "run"
+    proc = run_eval(llm, tiny_model, run_dir, "demo_math", "--n", "1")
+    assert proc.returncode == 1, proc.stderr[-3000:]  # failures make the command fail
+    records = lines(run_dir)
+    failed = [r for r in records if r["status"] == "failed"]
+    assert {r["qid"] for r in failed} == down and len(records) == len(items)
+    assert all(r["failure"].startswith("engine: ") and "503" in r["failure"] for r in failed)
+    # logged although --quiet: an engine error is never silent
+    assert sum(f"[demo_math/{q}#0] failed: engine: " in proc.stderr for q in down) == 2, proc.stderr[-3000:]
+    # not scored as wrong answers: avg@1 is over the answered questions only, the failures are counted apart
+    summary = summarize_run(run_dir)
+    assert summary["benchmarks"]["demo_math"]["avg_at_k"]["value"] == 1.0
+    assert summary["overall"]["caveats"]["infra_failures"] == {"total": 2, "by_benchmark": {"demo_math": 2},
+                                                                "by_kind": {"engine": 2}}
+    report = (run_dir / "report.md").read_text()
+    assert "**2 samples failed on infrastructure** (engine: 2; demo_math: 2)" in report.split("- run:")[0]
+
+    llm.rules(*answers())  # the server is back: the same command retries the failed samples only
+    again = run_eval(llm, tiny_model, run_dir, "demo_math", "--n", "1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    records = lines(run_dir)
+    assert len(records) == len(items) + 2 and {r["qid"] for r in records[len(items):]} == down
+    summary = summarize_run(run_dir)
+    assert summary["records"] == len(items) and summary["duplicates"] == 0
+    assert summary["overall"]["caveats"]["infra_failures"]["total"] == 0
+    assert "failed on infrastructure" not in (run_dir / "report.md").read_text()
+
+
+def test_judge_failures_are_infrastructure_failures(llm, tiny_model, tmp_path):
+    llm.reset()
+    llm.rules({"match": "Decide whether the predicted answer", "status": 400, "content": "judge refuses"},
+              {"match": "", "content": "<think> t </think>\n<answer>Marrowgate</answer>"})
+    run_dir = tmp_path / "run"
+    proc = run_eval(llm, tiny_model, run_dir, "demo_web", "--n", "1", "--limit", "2", "--no-report",
+                    env={"GRM_BASE_URL": llm.base_url, "AFM_JUDGE_CACHE": "off"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    records = lines(run_dir)
+    assert len(records) == 2 and all(r["status"] == "failed" for r in records)
+    assert all(r["failure"].startswith("judge: ") for r in records), records[0]["failure"]
+    assert "EM/F1 fallback" not in proc.stderr  # a judge was configured and reachable
+
+
+def test_judge_fallback_and_public_lcb_tests_are_said_at_start_and_in_the_headline(llm, tiny_model, tmp_path):
+    from afm.eval.datasets import load_benchmark
+
+    code = load_benchmark("demo_code", data_root=tmp_path / "nodata")[0]
+    program = "a, b = map(int, input().split())\nprint(a + b)"
+    llm.reset()
+    llm.rules({"match": re.escape(code.question), "content": f"<think> t </think>\n<answer>\n```py\n{program}\n```\n</answer>"},
+              {"match": "", "content": "<think> t </think>\n<answer>Marrowgate</answer>"})
+    run_dir = tmp_path / "run"
+    proc = run_eval(llm, tiny_model, run_dir, "demo_web,demo_code", "--n", "1", "--limit", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = proc.stderr
+    assert err.count("will be scored by EM/F1 fallback, not the judge") == 1, err[-3000:]
+    assert err.count("without LiveCodeBench's private tests") == 1, err[-3000:]  # once per run
+    records = {r["benchmark"]: r for r in lines(run_dir)}
+    assert records["demo_code"]["tests_from"] == "inline" and records["demo_code"]["acc"] == 1.0
+    assert records["demo_web"]["method"] == "em_f1_fallback"
+    headline = (run_dir / "report.md").read_text().split("- run:")[0]
+    assert "**Scored by EM/F1 fallback, not the judge** (demo_web 1/1 samples)" in headline
+    assert "**LiveCodeBench graded without private tests** (demo_code 1/1 samples on public tests only)" in headline
+
+
+def test_start_warnings_name_an_unreachable_judge_and_stay_quiet_when_all_is_set(llm, tmp_path):
+    import socket
+
+    from afm.eval.datasets import get_benchmark
+    from afm.eval.run import start_warnings
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    specs = {b: get_benchmark(b) for b in ("demo_web", "demo_code", "demo_math")}
+    warnings = start_warnings(specs, {"GRM_BASE_URL": dead})
+    assert len(warnings) == 2
+    assert warnings[0].startswith(f"the judge at {dead} is not reachable")
+    assert "demo_web will be scored by EM/F1 fallback, not the judge" in warnings[0]
+    assert "demo_code will be graded on the public tests" in warnings[1]
+    assert start_warnings(specs, {"GRM_BASE_URL": llm.base_url, "LIVECODEBENCH_TESTCASES_DIR": str(tmp_path)}) == []
+    assert start_warnings({"demo_math": specs["demo_math"]}, {}) == []  # nothing judged, no LiveCodeBench

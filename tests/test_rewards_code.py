@@ -100,3 +100,44 @@ def test_every_code_data_source_is_scored():
     assert len(names) >= 10
     for name in names:
         assert compute_score(name, sol(ADD), STDIN_GT)["acc"] == 1, name
+
+
+def test_livecodebench_on_public_tests_only_warns_once_and_says_so(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from afm.rewards import code as code_reward
+
+    monkeypatch.delenv("LIVECODEBENCH_TESTCASES_DIR", raising=False)
+    monkeypatch.setattr(code_reward, "_public_only_warned", False)  # a fresh process: nothing warned yet
+    with caplog.at_level(logging.WARNING, logger="afm.rewards.code"):
+        results = [compute_score("livecodebench_v5", sol(ADD), STDIN_GT) for _ in range(3)]
+        compute_score("codecontests", sol(ADD), STDIN_GT)  # full tests in the row: nothing to warn about
+    assert [details(r)["tests_from"] for r in results] == ["inline"] * 3
+    warnings = [r for r in caplog.records if "without LiveCodeBench's private tests" in r.getMessage()]
+    assert len(warnings) == 1 and "livecodebench_v5" in warnings[0].getMessage()
+    (tmp_path / "abc100_a.json").write_text(json.dumps({"tests": [{"input": "1 2\n", "output": "3\n"}],
+                                                         "private_tests": 0}))
+    res = compute_score("livecodebench_v5", sol(ADD), STDIN_GT, code_tests_dir=str(tmp_path))
+    assert details(res)["tests_from"] == "file_public_only"
+
+
+def test_a_broken_sandbox_is_an_infrastructure_failure_not_a_wrong_answer(tmp_path):
+    res = compute_score("livecodebench_v5", sol(ADD), STDIN_GT, code_sandbox=broken_sandbox(tmp_path))
+    assert res["acc"] == 0 and res["infra_error"] == 1.0, res
+    assert details(res)["status"] == "sandbox_error" and res["error"].startswith("sandbox failure")
+    good = compute_score("livecodebench_v5", sol("print(0)"), STDIN_GT)
+    assert good["infra_error"] == 0.0  # a wrong program is a wrong answer
+
+
+def broken_sandbox(tmp_path) -> dict:
+    """A sandbox whose interpreter passes the start-up probe but cannot be mounted in the jail: every run
+    ends in sandbox_error, as when the sandbox breaks under a running job."""
+    import os
+    import sys
+
+    fake = tmp_path / "broken-python" / "python3"
+    fake.parent.mkdir(exist_ok=True)
+    real = os.path.realpath(sys.executable)
+    fake.write_text(f'#!/bin/sh\ncase "$*" in *sys.version_info*) exec {real} "$@";; esac\nexit 3\n')
+    fake.chmod(0o755)
+    return {"python": str(fake), "mode": "oneshot"}

@@ -274,3 +274,17 @@ def test_question_from_extra_info(make_judge, llm):
 def test_bad_config_is_rejected():
     with pytest.raises(ValueError, match="concurrency=0"):
         JudgeConfig(base_url="http://x/v1", concurrency=0)
+
+
+def test_no_judge_warns_once_per_process(monkeypatch, caplog):
+    import logging
+
+    from afm.rewards import judge as judge_module
+
+    monkeypatch.delenv("GRM_BASE_URL", raising=False)
+    monkeypatch.setattr(judge_module, "_fallback_warned", False)  # a fresh process (a verl reward worker)
+    with caplog.at_level(logging.WARNING, logger="afm.rewards.judge"):
+        for _ in range(3):
+            assert compute_score("gaia", "<answer>Paris</answer>", ["Paris"])["method"] == "em_f1_fallback"
+    said = [r for r in caplog.records if "scored by EM/F1 fallback, not the judge" in r.getMessage()]
+    assert len(said) == 1

@@ -44,6 +44,78 @@ PAIRS = [
 ]
 
 
+# Real golds of the original's shipped files (math500.parquet rows 242, 459, 488; OlympiadBench.parquet rows 194,
+# 76, 9) with answers that the original scorer (gold always boxed) accepts: afm must accept them too.
+REAL_GOLDS = [
+    ("MATH500", "\\$32,\\!348", "\\boxed{32,\\!348}", True),
+    ("MATH500", "\\$32,\\!348", "32348", True),
+    ("MATH500", "\\$18.90", "\\boxed{18.90}", True),
+    ("MATH500", "\\$18.90", "$18.9$", True),
+    ("MATH500", "\\$18.90", "\\$18.90", True),
+    ("MATH500", "\\$36", "\\boxed{36}", True),
+    ("MATH500", "\\$36", "36", True),
+    ("MATH500", "\\$36", "\\boxed{\\$36}", True),
+    ("MATH500", "\\$36", "\\boxed{37}", False),
+    ("OlympiadBench", "$221,$8$", "\\boxed{221, 8}", True),
+    ("OlympiadBench", "$221,$8$", "\\boxed{8, 221}", True),
+    ("OlympiadBench", "$221,$8$", "221", False),  # half of a two-part answer
+    ("OlympiadBench", "$69$,$84$", "69, 84", True),
+    ("OlympiadBench", "$69$,$84$", "69", False),
+    ("OlympiadBench", "$(-\\infty, 0) \\cup\\{1\\}$.", "\\boxed{(-\\infty, 0) \\cup \\{1\\}}", True),
+    ("OlympiadBench", "$(-\\infty, 0) \\cup\\{1\\}$.", "(-\\infty,0)\\cup\\{1\\}", True),
+]
+
+# A solution set written as an inequality in one variable equals the interval (and the other way round).
+INEQUALITIES = [
+    ("MATH500", "(3,4]", "3 < x \\le 4", True),
+    ("MATH500", "(3,4]", "$3<x\\leq 4$", True),
+    ("MATH500", "(3,4]", "4 \\geq x > 3", True),
+    ("MATH500", "(3,4]", "\\boxed{3 < t \\leqslant 4}", True),
+    ("MATH500", "3 < x \\le 4", "(3,4]", True),
+    ("MATH500", "[2,\\infty)", "x \\ge 2", True),
+    ("MATH500", "(-\\infty,-1)", "x < -1", True),
+    ("MATH500", "(3,4]", "3 \\le x \\le 4", False),  # closed at 3
+    ("MATH500", "(3,4]", "3 < x < 4", False),
+    ("MATH500", "[2,\\infty)", "x > 2", False),
+]
+
+
+@pytest.mark.parametrize(("source", "gold", "answer", "correct"), REAL_GOLDS + INEQUALITIES)
+def test_escaped_dollars_pieces_and_inequalities(source, gold, answer, correct):
+    result = compute_score(source, traj(answer), gold)
+    assert result["acc"] == float(correct), result
+    assert result["error"] == ""
+
+
+# Real golds of the original's files (OlympiadBench rows 1, 71, 138, 166, 194, 225, 269; MATH500 rows 0, 242, 435,
+# 459, 488), each with answers a model writes. Oracle: the original scorer's rule (Math-Verify of the answer
+# against the gold in \\boxed{}); wherever it accepts, afm must too.
+ORACLE_GOLDS = [
+    "$\\frac{1}{2 n+2}$", "$(2,2,2),(2,2,3),(2,3,2),(3,2,2),(2,6,11),(2,11,6),(6,2,11),(6,11,2),(11,2,6),(11,6,2),"
+    "(3,5,7),(3,7,5),(5,3,7),(5,7,3),(7,3,5),(7,5,3)$", "$\\frac{32}{9}$,$\\frac{1}{2}$", "$(3,0),(-3,1)$",
+    "$221,$8$", "$2,-1,-18$", "$x=\\frac{1}{6} \\pi+\\pi k, \\frac{1}{3} \\pi+\\pi k, \\frac{2}{3} \\pi+\\pi k, "
+    "\\frac{5}{6} \\pi+\\pi k$", "\\left( 3, \\frac{\\pi}{2} \\right)", "\\$32,\\!348",
+    "(-\\infty, 2) \\cup (3, \\infty)", "\\$18.90", "\\$36",
+]
+
+
+def _answers_for(gold: str) -> list[str]:
+    bare = gold.replace("\\$", "").replace("$", "")
+    return [gold, "\\boxed{" + gold + "}", bare, "\\boxed{" + bare + "}", "$" + bare + "$"]
+
+
+@pytest.mark.parametrize("gold", ORACLE_GOLDS)
+def test_never_below_the_original_scorer_on_real_golds(gold):
+    from math_verify import parse, verify
+
+    boxed_gold = parse("\\boxed{" + gold + "}")
+    for answer in _answers_for(gold):
+        original = bool(verify(boxed_gold, parse(answer))) if parse(answer) else False
+        ours = compute_score("OlympiadBench", traj(answer), gold)["acc"] == 1.0
+        assert ours or not original, (gold, answer)
+        assert ours, (gold, answer)  # and here afm accepts every form of the gold
+
+
 @pytest.mark.parametrize(("source", "gold", "answer", "correct"), PAIRS)
 def test_math_verify_pairs(source, gold, answer, correct):
     result = compute_score(source, traj(answer), gold)

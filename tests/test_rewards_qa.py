@@ -122,3 +122,28 @@ def test_math_strings_are_not_misread_as_json():
     assert normalize_ground_truth(27, "amc23", "math").targets == ("27",)
     gt = normalize_ground_truth('{"stdin": ["1"], "expected_output": ["2"], "question_id": "abc"}', "lcb_v5", "code")
     assert gt.targets == () and gt.data["question_id"] == "abc"
+
+
+# Golds of the original's hle_test.json (rows 164, 19, 314) contain "|" that is part of the answer.
+HLE_PIPE_GOLDS = ["f bc=X|V|U|T|L", "$\\frac{1}{2\\pi}\\int_{|z|=1}h(x)z_iz_jdz$", "\\omega_s = \\omega_0 * \\sqrt{|\\ell| + 1}"]
+
+
+@pytest.mark.parametrize("gold", HLE_PIPE_GOLDS)
+@pytest.mark.parametrize("split", ["test", "train"])
+def test_gold_with_a_pipe_scores_itself_under_the_em_fallback(gold, split, monkeypatch):
+    monkeypatch.delenv("GRM_BASE_URL", raising=False)  # no judge: the EM/F1 fallback grades
+    result = compute_score("hle", traj(gold), {"target": [gold]}, {"split": split})
+    assert (result["method"], result["acc"]) == ("em_f1_fallback", 1.0), result
+    assert json.loads(result["details"])["f1"] == 1.0
+    # The web format has no multi-answer rule: the first "part" of the gold is not the answer.
+    first = gold.split("|")[0]
+    assert compute_score("hle", traj(first), {"target": [gold]}, {"split": split})["acc"] == 0.0
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_mhqa_pipe_rule_still_accepts_a_gold_that_contains_a_pipe(mode):
+    # MHQA's format defines "|" between answers; a prediction equal to the whole gold is still that gold.
+    assert qa_match("f bc=X|V|U|T|L", ["f bc=X|V|U|T|L"], mode) == (True, 1.0)
+    assert compute_score("nq", traj("AC|DC"), ["AC|DC"], {"split": "test"})["acc"] == 1.0
+    assert qa_match("Paris | Rome", ["paris", "London"], "eval")[0] is True  # the rule itself is unchanged
+    assert qa_match("Paris | Rome", ["paris"], mode, multi_answer=False)[0] is False

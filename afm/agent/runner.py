@@ -2,13 +2,15 @@
 
 Results go to an append-only JSONL file, one record per (question id, sample) key. A run killed at any point
 restarts where it stopped: finished keys are skipped, a half-written last line is cut off, nothing is written
-twice.
+twice. A record with ``"status": "failed"`` (an infrastructure failure: engine, sandbox or judge) is kept on disk
+for the record but does not finish its key, so the next run retries it and appends the new record after it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 from collections import Counter
@@ -16,6 +18,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,8 +32,19 @@ class RolloutTask:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+FAILED = "failed"
+
+
+def is_failed(record: dict[str, Any]) -> bool:
+    """Whether a stored record is an infrastructure failure (retried on resume, never a score)."""
+    return record.get("status") == FAILED
+
+
 class JsonlStore:
-    """Append-only JSONL results keyed by ``record["key"]``; safe to reopen after a crash."""
+    """Append-only JSONL results keyed by ``record["key"]``; safe to reopen after a crash.
+
+    Only records that are not :func:`is_failed` finish their key; a failed key can be appended again.
+    """
 
     def __init__(self, path: str | os.PathLike, fsync_every: int = 16) -> None:
         self.path = Path(path)
@@ -52,8 +67,10 @@ class JsonlStore:
                 f.truncate(end)
         for line in data[:end].splitlines():
             try:
-                self.keys.add(json.loads(line)["key"])
-            except (ValueError, KeyError, TypeError):
+                record = json.loads(line)
+                if not is_failed(record):
+                    self.keys.add(record["key"])
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
 
     def __contains__(self, key: str) -> bool:
@@ -64,7 +81,8 @@ class JsonlStore:
             return
         self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
         self._f.flush()
-        self.keys.add(record["key"])
+        if not is_failed(record):
+            self.keys.add(record["key"])
         self._pending += 1
         if self._pending >= self.fsync_every:
             os.fsync(self._f.fileno())
@@ -91,8 +109,11 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
                     desc: str = "trajectories") -> dict[str, Any]:
     """Run every task not yet in ``store``; returns counts (done, skipped, failed, cancelled).
 
-    ``run_one`` returns the record to store (it must contain ``key``). SIGINT/SIGTERM stop the launch of new
-    tasks and cancel running ones; everything finished before that is already on disk.
+    ``run_one`` returns the record to store (it must contain ``key``); an exception it raises, or a record that
+    :func:`is_failed` (stored, with its ``failure`` reason), counts the task as failed, reported with the task's
+    key above the bar or, without one, as a log warning. SIGINT/SIGTERM stop the launch of new tasks and cancel
+    running ones; everything finished before that is already on disk. ``done + failed + cancelled`` equals the
+    tasks not skipped.
     """
     all_tasks = list(tasks)
     todo = [t for t in all_tasks if t.key not in store]
@@ -114,6 +135,12 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
     sem = asyncio.Semaphore(concurrency)
     counts = Counter()
 
+    def report(message: str) -> None:
+        if bar is not None:
+            bar.write(message)
+        else:  # --quiet hides the bar, never the reason a task failed
+            logger.warning(message)
+
     async def guarded(task: RolloutTask) -> None:
         async with sem:
             if stop.is_set():
@@ -123,11 +150,14 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
                 record = await run_one(task)
             except Exception as exc:  # a cancelled task is counted once, below, by task.cancelled()
                 counts["failed"] += 1
-                if bar is not None:
-                    bar.write(f"[{task.key}] failed: {type(exc).__name__}: {exc}")
+                report(f"[{task.key}] failed: {type(exc).__name__}: {exc}")
                 return
             store.append(record)
-            counts["done"] += 1
+            if is_failed(record):  # stored for the record, retried on resume
+                counts["failed"] += 1
+                report(f"[{task.key}] failed: {record.get('failure') or 'no reason given'}")
+            else:
+                counts["done"] += 1
             if bar is not None:
                 bar.update(1)
 

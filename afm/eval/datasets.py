@@ -492,6 +492,23 @@ def _code_gold(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     return gold
 
 
+# The instructions that the original's code rows carry after the problem text; the code prompt's own notes
+# (afm.prompts.code_agent.render_extra) say the same, so the row's copies are cut instead of said twice.
+_ROW_ANSWER_FORMAT = re.compile(r"\n[ \t]*Answer format:.*\Z", re.DOTALL)
+_ROW_STDIN_NOTE = re.compile(r"\n[ \t]*In your? final answer code s?nippet, read the inputs from stdin.*\Z", re.DOTALL)
+_ROW_STARTER = re.compile(r"\n[ \t]*You will use the following starter code to write the solution to the problem\."
+                          r"\s*```[a-z]*\n.*?```\s*\Z", re.DOTALL)
+
+
+def _without_row_instructions(question: str, extra: Mapping[str, Any]) -> str:
+    text = _ROW_ANSWER_FORMAT.sub("", question).rstrip()
+    if extra.get("stdin"):
+        text = _ROW_STDIN_NOTE.sub("", text).rstrip()
+    if extra.get("starter_code"):
+        text = _ROW_STARTER.sub("", text).rstrip()
+    return text or question
+
+
 def _code_row(row: Mapping[str, Any], spec: BenchmarkSpec, where: str, index: int) -> EvalItem:
     question = _field_text(row, ("question", "question_content", "description", "problem"), where)
     gold = _code_gold(row, where)
@@ -504,6 +521,7 @@ def _code_row(row: Mapping[str, Any], spec: BenchmarkSpec, where: str, index: in
     extra: dict[str, Any] = {"stdin": True}
     if functional:
         extra = {"starter_code": str(starter)} if not _blank(starter) else {}
+    question = _without_row_instructions(question, extra)
     return EvalItem(spec.name, qid, question, gold, spec.data_source, extra_info=_base_extra(question),
                     prompt_extra=extra)
 

@@ -10,6 +10,12 @@ public tests first, which :mod:`afm.rewards.code` uses instead of the inline pub
 ``code_tests_dir``/``$LIVECODEBENCH_TESTCASES_DIR`` points at ``OUT_DIR``. (The original meant to write
 pickled problem objects here, but its script never imported the functions it called.)
 
+Rows in verl's RL layout (the original's ``livecodebench_v{4,5}.parquet``) are accepted too: the id is
+``question_id``, else ``extra_info.index``, else the ground truth's ``question_id``; their tests are the ground
+truth's public ones (``stdin``/``expected_output``, or the ``functional`` asserts of LeetCode problems, read back
+into argument/result pairs). Such rows carry **no private tests**: the summary says so, and the files record
+``"private_tests": 0`` so that the code reward reports them as public-only.
+
 **Why pickle, and why it is refused by default.** In the HF release the private tests of most problems are not
 JSON but ``base64(zlib(pickle.dumps(json_string)))``, so reading them means unpickling, and unpickling runs
 whatever code the payload names. Such payloads are therefore refused (the row is skipped and reported) unless
@@ -22,6 +28,7 @@ payloads are capped at :data:`MAX_PAYLOAD_BYTES` (a zlib bomb cannot exhaust mem
 from __future__ import annotations
 
 import argparse
+import ast
 import base64
 import binascii
 import io
@@ -126,8 +133,11 @@ def func_name(metadata: Any) -> str | None:
 
 
 def write_test_file(out_dir: str | Path, question_id: str, tests: list[dict[str, str]],
-                    fn_name: str | None) -> Path:
-    """Write ``OUT_DIR/<question_id>.json`` atomically; returns its path."""
+                    fn_name: str | None, private_tests: int | None = None) -> Path:
+    """Write ``OUT_DIR/<question_id>.json`` atomically; returns its path.
+
+    ``private_tests``: how many of ``tests`` are private (recorded so that graders can tell public-only files).
+    """
     if not question_id or "/" in question_id or question_id.startswith("."):
         raise ValueError(f"question_id {question_id!r} cannot be a file name")
     out = Path(out_dir)
@@ -135,9 +145,87 @@ def write_test_file(out_dir: str | Path, question_id: str, tests: list[dict[str,
     path = out / f"{question_id}.json"
     fd, tmp = tempfile.mkstemp(prefix=f".{question_id}.", suffix=".tmp", dir=out)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump({"question_id": question_id, "tests": tests, "fn_name": fn_name}, fh, ensure_ascii=False)
+        record: dict[str, Any] = {"question_id": question_id, "tests": tests, "fn_name": fn_name}
+        if private_tests is not None:
+            record["private_tests"] = private_tests
+        json.dump(record, fh, ensure_ascii=False)
     os.replace(tmp, path)
     return path
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A dict field that may arrive as a dict or a JSON string (verl rows store both)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return {}
+        return decoded if isinstance(decoded, dict) else {}
+    return {}
+
+
+def _ground_truth(row: Mapping[str, Any]) -> dict[str, Any]:
+    reward = _mapping(row.get("reward_model"))
+    return _mapping(reward.get("ground_truth", row.get("ground_truth")))
+
+
+def row_question_id(row: Mapping[str, Any]) -> str:
+    """The problem id of a LiveCodeBench row: ``question_id``, ``extra_info.index`` or the ground truth's."""
+    for value in (row.get("question_id"), _mapping(row.get("extra_info")).get("index"),
+                  _ground_truth(row).get("question_id")):
+        if value is not None and str(value).strip():
+            return str(value).strip()
+    return ""
+
+
+def _literal_json(node: ast.expr) -> str:
+    return json.dumps(ast.literal_eval(node))
+
+
+def functional_asserts_to_tests(code: str) -> list[dict[str, str]]:
+    """``result = Solution().f(args)`` / ``assert result == expected`` pairs as functional tests.
+
+    This is how the RL rows store LeetCode problems' public tests; ValueError when the code has another shape.
+    """
+    try:
+        body = ast.parse(code).body
+    except SyntaxError as exc:
+        raise ValueError(f"functional tests are not Python ({exc.msg})") from None
+    tests, args = [], None
+    for stmt in body:
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)
+                and not stmt.value.keywords):
+            args = [_literal_json(a) for a in stmt.value.args]
+        elif (isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and args is not None
+              and len(stmt.test.ops) == 1 and isinstance(stmt.test.ops[0], ast.Eq)):
+            tests.append({"input": "\n".join(args), "output": _literal_json(stmt.test.comparators[0]),
+                          "testtype": "functional"})
+            args = None
+        else:
+            raise ValueError(f"functional tests: unexpected statement {ast.unparse(stmt)[:80]!r}")
+    if not tests:
+        raise ValueError("functional tests: no 'assert result == expected' found")
+    return tests
+
+
+def _row_tests(row: Mapping[str, Any], allow_pickle: bool) -> tuple[list[dict[str, str]], list[dict[str, str]], str | None]:
+    """(public, private, fn_name) of a Hugging Face row or of a verl RL row (public tests only)."""
+    if "public_test_cases" in row or "private_test_cases" in row:
+        return (decode_test_cases(row.get("public_test_cases")),
+                decode_test_cases(row.get("private_test_cases"), allow_pickle=allow_pickle),
+                func_name(row.get("metadata")))
+    gt = _ground_truth(row)
+    fn = func_name(_mapping(row.get("extra_info")).get("metadata") or row.get("metadata"))
+    if "stdin" in gt:
+        ins, outs = gt.get("stdin") or [], gt.get("expected_output") or []
+        if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
+            raise ValueError("ground truth stdin and expected_output must be lists of equal length")
+        return [{"input": str(i), "output": str(o), "testtype": "stdin"} for i, o in zip(ins, outs, strict=True)], [], fn
+    if "functional" in gt:
+        return functional_asserts_to_tests(str(gt["functional"])), [], fn
+    return [], [], fn
 
 
 @dataclass
@@ -156,8 +244,10 @@ class ProcessReport:
         lines = [f"wrote {self.written} test-case files to {self.out_dir} ({self.public_tests} public, "
                  f"{self.private_tests} private tests); {len(self.skipped)} rows skipped"]
         if self.without_private:
-            lines.append(f"{len(self.without_private)} problems have no private tests: "
-                         f"{', '.join(self.without_private[:10])}")
+            lines.append(f"{len(self.without_private)} problems have no private tests, so they will be graded on "
+                         f"their public tests only: {', '.join(self.without_private[:10])}"
+                         + (" ..." if len(self.without_private) > 10 else "")
+                         + " (private tests come from LiveCodeBench's own rows, livecodebench/code_generation_lite)")
         for reason, n in Counter(r.split(":")[0] for _, _, r in self.skipped).most_common():
             rows = [f"{row} ({qid})" for row, qid, r in self.skipped if r.split(":")[0] == reason][:5]
             lines.append(f"  skipped {n}: {reason} (rows {', '.join(rows)})")
@@ -170,16 +260,15 @@ def process_rows(rows: Iterable[Mapping[str, Any]], out_dir: str | Path, *,
     report = ProcessReport(str(out_dir))
     seen: set[str] = set()
     for n, row in enumerate(rows, 1):
-        qid = str(row.get("question_id") or "").strip()
+        qid = row_question_id(row)
         if not qid:
-            report.skipped.append((n, "", "no question_id"))
+            report.skipped.append((n, "", "no question_id (nor extra_info.index, nor one in the ground truth)"))
             continue
         if qid in seen:
             report.skipped.append((n, qid, "duplicate question_id"))
             continue
         try:
-            public = decode_test_cases(row.get("public_test_cases"))
-            private = decode_test_cases(row.get("private_test_cases"), allow_pickle=allow_pickle)
+            public, private, fn = _row_tests(row, allow_pickle)
         except PickleRefused:
             report.skipped.append((n, qid, "pickle payload refused (pass --allow-pickle)"))
             continue
@@ -190,12 +279,11 @@ def process_rows(rows: Iterable[Mapping[str, Any]], out_dir: str | Path, *,
         if not tests:
             report.skipped.append((n, qid, "no tests"))
             continue
-        fn = func_name(row.get("metadata"))
         if any(t["testtype"] == "functional" for t in tests) and not fn:
             report.skipped.append((n, qid, "functional tests without metadata.func_name"))
             continue
         try:
-            write_test_file(out_dir, qid, tests, fn)
+            write_test_file(out_dir, qid, tests, fn, private_tests=len(private))
         except ValueError as exc:
             report.skipped.append((n, qid, f"bad question_id: {exc}"))
             continue

@@ -13,6 +13,10 @@ and a seeded percentile-bootstrap confidence interval (resampling questions with
   first sample that gave the winning answer.
 - **best-of-N**: a selector picks one of the N samples; the score is that sample's ``acc``.
 
+Records stored with ``"status": "failed"`` (infrastructure failures: engine, sandbox, judge; see
+:mod:`afm.eval.run`) are no result: they are left out of every metric and counted apart (``infra_failures``),
+and a later record of the same key (the retry) replaces them.
+
 A sample counts as *solved* when ``acc >= SOLVED`` (0.5), which is exactly the 0/1 ``acc`` of binary scorers and
 a majority of tokens for F1-like ones; pass@k and the efficiency-per-solved-task numbers use it.
 """
@@ -50,6 +54,7 @@ class RunResults:
     duplicates: int = 0  # later copies of a key already seen (the first one is kept)
     config: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    failed: list[dict[str, Any]] = field(default_factory=list)  # infrastructure failures not retried with success
 
 
 def _results_path(run_dir: str | os.PathLike) -> Path:
@@ -67,6 +72,7 @@ def load_results(run_dir: str | os.PathLike) -> RunResults:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no results file (expected {RESULTS} in the run folder)")
     records, seen, bad, dup = [], set(), 0, 0
+    failed: dict[str, dict[str, Any]] = {}  # key -> latest failed record
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if not line.strip():
@@ -80,6 +86,9 @@ def load_results(run_dir: str | os.PathLike) -> RunResults:
                 bad += 1
                 continue
             key = rec.get("key") or f"{rec['benchmark']}/{rec['qid']}#{rec.get('sample', 0)}"
+            if rec.get("status") == "failed":
+                failed[key] = rec
+                continue
             if key in seen:
                 dup += 1
                 continue
@@ -92,7 +101,7 @@ def load_results(run_dir: str | os.PathLike) -> RunResults:
             config = json.loads(cfg_path.read_text(encoding="utf-8"))
         except ValueError:
             config = {"error": f"{cfg_path}: not valid JSON"}
-    return RunResults(records, bad, dup, config, path)
+    return RunResults(records, bad, dup, config, path, [r for k, r in failed.items() if k not in seen])
 
 
 # -- estimators ------------------------------------------------------------------------------------------------
@@ -360,6 +369,30 @@ def benchmark_summary(questions: Sequence[Question], ks: Sequence[int], *, resam
     return out
 
 
+def _is_lcb(rec: dict[str, Any]) -> bool:
+    name = f"{rec.get('data_source') or ''} {rec.get('benchmark') or ''}".lower()
+    return "livecodebench" in name or "lcb" in name
+
+
+def caveats(records: Sequence[dict[str, Any]], failed: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What makes a run's scores weaker than they look, per benchmark (the report puts it in its headline).
+
+    ``judge_fallback``: samples scored by EM/F1 because no judge was configured or reachable;
+    ``lcb_public_only``: LiveCodeBench samples graded without private tests; ``infra_failures``: samples that
+    failed on infrastructure and are in no score, by kind (engine, sandbox, judge).
+    """
+    def per_bench(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+        return dict(Counter(str(r["benchmark"]) for r in rows))
+
+    totals = per_bench(records)
+    fallback = per_bench(r for r in records if r.get("method") == "em_f1_fallback")
+    public = per_bench(r for r in records if _is_lcb(r) and r.get("tests_from") in ("inline", "file_public_only"))
+    kinds = Counter(str(r.get("failure") or "unknown").split(":", 1)[0] for r in failed)
+    return {"judge_fallback": {b: [n, totals[b]] for b, n in fallback.items()},
+            "lcb_public_only": {b: [n, totals[b]] for b, n in public.items()},
+            "infra_failures": {"total": len(failed), "by_benchmark": per_bench(failed), "by_kind": dict(kinds)}}
+
+
 def _macro(per_bench: dict[str, dict[str, Any]], resamples: int, seed: int, confidence: float,
            groups: dict[str, list[Question]]) -> dict[str, Any]:
     """Unweighted mean of the benchmarks' avg@k (the paper's "Avg" columns) with a stratified bootstrap."""
@@ -435,7 +468,8 @@ def summarize_groups(results: RunResults, groups: dict[str, list[Question]], ks:
                "efficiency": efficiency(all_records),
                "finish_reasons": dict(Counter(str(r.get("finish_reason")) for r in all_records).most_common()),
                "scoring_methods": dict(Counter(str(r.get("method")) for r in all_records).most_common()),
-               "errors": sum(bool(r.get("error")) for r in all_records), "tools": tool_stats(all_records)}
+               "errors": sum(bool(r.get("error")) for r in all_records), "tools": tool_stats(all_records),
+               "caveats": caveats(all_records, results.failed)}
     return {"run_dir": str(results.path.parent) if results.path else None, "config": results.config,
             "records": len(all_records), "bad_lines": results.bad_lines, "duplicates": results.duplicates,
             "ks": ks, "solved_threshold": SOLVED, "selector": selector_name,

@@ -165,9 +165,33 @@ def plot_tool_calls(summary: dict[str, Any], path: Path) -> Path:
 
 
 # -- markdown sections -----------------------------------------------------------------------------------------
+def _caveat_lines(summary: dict[str, Any]) -> list[str]:
+    """The headline warnings: scores graded by a weaker method than the benchmark's, and samples in no score."""
+    c = summary["overall"].get("caveats") or {}
+    lines = []
+
+    def share(items: dict[str, list[int]]) -> str:
+        return ", ".join(f"{b} {n}/{total} samples" for b, (n, total) in items.items())
+
+    if c.get("judge_fallback"):
+        lines.append(f"> **Scored by EM/F1 fallback, not the judge** ({share(c['judge_fallback'])}): no judge was "
+                     "configured or reachable (GRM_BASE_URL, GRM_API_KEY, GRM_MODEL_NAME).")
+    if c.get("lcb_public_only"):
+        lines.append(f"> **LiveCodeBench graded without private tests** ({share(c['lcb_public_only'])} on public "
+                     "tests only): scores are too high. Set LIVECODEBENCH_TESTCASES_DIR "
+                     "(`python -m afm.eval.lcb_testcases`).")
+    infra = c.get("infra_failures") or {}
+    if infra.get("total"):
+        kinds = ", ".join(f"{k}: {n}" for k, n in infra["by_kind"].items())
+        benches = ", ".join(f"{b}: {n}" for b, n in infra["by_benchmark"].items())
+        lines.append(f"> **{infra['total']} samples failed on infrastructure** ({kinds}; {benches}) and are in no "
+                     "score; run the same `afm eval run` command again to retry them.")
+    return [*lines, ""] if lines else []
+
+
 def _header(summary: dict[str, Any], title: str) -> list[str]:
     cfg = summary.get("config") or {}
-    lines = [f"# {title}", "", f"- run: `{summary.get('run_dir')}`"]
+    lines = [f"# {title}", "", *_caveat_lines(summary), f"- run: `{summary.get('run_dir')}`"]
     for key in ("model", "backend", "prompt_style", "started_at", "seed"):
         if cfg.get(key) is not None:
             lines.append(f"- {key}: `{cfg[key]}`")
@@ -391,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"afm eval report: {exc}", file=sys.stderr)
         return 2
+    summary = json.loads((path.parent / "summary.json").read_text())["run"]
+    for line in _caveat_lines(summary):  # the headline's warnings, on the console too
+        if line:
+            print("warning: " + line.lstrip("> ").replace("**", ""), file=sys.stderr)
     print(f"report: {path}")
     return 0
 

@@ -7,6 +7,12 @@ Each benchmark brings its prompt, tools, data_source and the paper's sampling se
 flags override them. Results are append-only, keyed by (benchmark, question id, sample): a killed run restarts
 where it stopped, without duplicates. At the end the run is summarised (avg@k, pass@k, maj@k, CIs, efficiency)
 and ``report.md`` + plots are written into the run folder.
+
+Infrastructure failures are not wrong answers: a sample whose generation ended in an engine error, whose code
+ran into a ``sandbox_error`` or whose configured judge gave no verdict is stored with ``"status": "failed"`` and
+its ``failure``; it is left out of every score, counted apart in the report, and run again when the same command
+is run again (resume). The run warns at its start when scores will be weaker than they look: no judge configured
+or reachable for judge-scored benchmarks (EM/F1 fallback), or LiveCodeBench without its private tests.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,8 +30,9 @@ from typing import Any
 from afm.agent.backend import SamplingParams
 from afm.agent.infer import BackendLoadError, build_backend, build_tools
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
-from afm.agent.runner import JsonlStore, RolloutTask, run_tasks
+from afm.agent.runner import FAILED, JsonlStore, RolloutTask, run_tasks
 
+logger = logging.getLogger("afm.eval")
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
 PINNED = ("model", "backend", "prompt_style")  # a resumed run must not silently mix models
@@ -50,6 +59,54 @@ def _check_config(run_dir: Path, config: dict[str, Any], force: bool) -> None:
         config = {**old, **config, "benchmarks": sorted(set(old.get("benchmarks", [])) | set(config["benchmarks"]))}
     run_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=1))
+
+
+def judge_status(env: dict[str, str] | None = None, timeout: float = 5.0) -> str | None:
+    """Why judge-scored benchmarks will fall back to EM/F1 (no judge configured, or not reachable); None if fine."""
+    import httpx
+
+    from afm.rewards.judge import JudgeConfig
+
+    config = JudgeConfig.from_env(env)
+    if not config.configured:
+        return "no judge configured (GRM_BASE_URL is not set)"
+    url = str(config.endpoint.base_url).rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {config.endpoint.api_key}"} if config.endpoint.api_key else {}
+    try:
+        httpx.get(url, headers=headers, timeout=timeout)  # any HTTP answer means the server is there
+    except httpx.HTTPError as exc:
+        return f"the judge at {config.endpoint.base_url} is not reachable ({type(exc).__name__}: {exc})"
+    return None
+
+
+def start_warnings(specs: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
+    """What a run of these benchmarks should say before it starts: scores that will be weaker than they look."""
+    from afm.rewards.code import TESTS_DIR_ENV, is_livecodebench
+    from afm.rewards.registry import get_scorer
+
+    env = dict(os.environ if env is None else env)
+    out = []
+    judged = [b for b, spec in specs.items() if get_scorer(spec.data_source).kind == "judge"]
+    if judged:
+        why = judge_status(env)
+        if why:
+            out.append(f"{why}: {', '.join(judged)} will be scored by EM/F1 fallback, not the judge "
+                       "(set GRM_BASE_URL, GRM_API_KEY, GRM_MODEL_NAME)")
+    lcb = [b for b, spec in specs.items() if is_livecodebench(spec.data_source)]
+    if lcb and not env.get(TESTS_DIR_ENV):
+        out.append(f"{TESTS_DIR_ENV} is not set: {', '.join(lcb)} will be graded on the public tests in the rows "
+                   "only, without LiveCodeBench's private tests (see python -m afm.eval.lcb_testcases)")
+    return out
+
+
+def _failure(traj: Any, reward: dict[str, Any]) -> str | None:
+    """Why a sample is an infrastructure failure (engine, sandbox or judge), or None when it is a real result."""
+    if traj.finish_reason == "error":
+        return f"engine: {traj.error or 'generation failed'}"
+    if reward.get("infra_error"):
+        kind = "sandbox" if reward.get("method") == "code_tests" else "judge"
+        return f"{kind}: {reward.get('error') or 'no detail'}"
+    return None
 
 
 def load_inputs(args: argparse.Namespace) -> tuple[list[str], dict[str, Any], dict[str, list[Any]]]:
@@ -96,6 +153,17 @@ async def evaluate(args: argparse.Namespace,
     except BaseException:
         await backend.aclose()
         raise
+    warnings = start_warnings(specs)
+    for warning in warnings:
+        logger.warning("afm eval run: %s", warning)
+    if any("private tests" in w for w in warnings):
+        from afm.rewards.code import mark_public_only_warned
+
+        mark_public_only_warned()  # said once, here, not again by the first graded sample
+    if any("EM/F1 fallback" in w for w in warnings):
+        from afm.rewards.judge import mark_no_judge_warned
+
+        mark_no_judge_warned()
     all_tools = sorted({t for b in names for t in specs[b].tools})
     tools = build_tools(tuple(all_tools), args.tools_config)
     agents: dict[str, tuple[AgentConfig, ToolRunner, Any]] = {}
@@ -129,19 +197,30 @@ async def evaluate(args: argparse.Namespace,
                                     meta={"prompt_key": prompt.key, "prompt_version": prompt.version})
         solution = traj.response_text()
         error = traj.error
+        if traj.finish_reason == "error":  # the engine failed: nothing to score
+            reward: dict[str, Any] = {"score": 0.0, "acc": 0.0, "method": "not_scored", "pred": None}
+        else:
+            try:
+                # infra_fail_limit=0: here a failed sample is stored as failed and retried, not fatal.
+                reward = await compute_score_async(item.data_source, solution, item.gold,
+                                                   {**item.extra_info, "question": item.question},
+                                                   response_length=traj.n_response_tokens, infra_fail_limit=0)
+            except ValueError as exc:  # a bad ground truth is the dataset's fault: record it, keep the run going
+                reward = {"score": 0.0, "acc": 0.0, "method": "bad_ground_truth", "pred": traj.final_answer()}
+                error = f"reward: {exc}"
+        failure = _failure(traj, reward)
         try:
-            reward = await compute_score_async(item.data_source, solution, item.gold,
-                                               {**item.extra_info, "question": item.question},
-                                               response_length=traj.n_response_tokens)
-        except ValueError as exc:  # a bad ground truth is the dataset's fault: record it, keep the run going
-            reward = {"score": 0.0, "acc": 0.0, "method": "bad_ground_truth", "pred": traj.final_answer()}
-            error = f"reward: {exc}"
+            details = json.loads(reward.get("details") or "{}")
+        except (TypeError, ValueError):
+            details = {}
         traj_dict = traj.to_dict()
         traj_dict.pop("prompt_ids", None)
         return {"key": task.key, "benchmark": item.benchmark, "qid": item.qid, "sample": task.sample,
+                "status": FAILED if failure else "ok", "failure": failure,
                 "question": item.question, "gold": item.gold, "level": item.level, "data_source": item.data_source,
                 "score": float(reward.get("score", 0.0)), "acc": float(reward.get("acc", 0.0)),
                 "method": reward.get("method"), "pred": reward.get("pred"), "reward_error": reward.get("error") or None,
+                "tests_from": details.get("tests_from"),
                 "finish_reason": traj.finish_reason, "tool_calls": len(traj.tool_calls),
                 "tool_counts": traj.tool_counts(), "model_tokens": traj.n_model_tokens,
                 "observation_tokens": traj.n_observation_tokens, "turns": traj.turns, "wall_s": round(traj.wall_s, 3),

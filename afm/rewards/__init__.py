@@ -25,7 +25,7 @@ from afm.rewards.registry import (
     register_scorer,
     unregister_scorer,
 )
-from afm.rewards.score import RESULT_KEYS, compute_score, compute_score_async
+from afm.rewards.score import RESULT_KEYS, InfrastructureError, compute_score, compute_score_async
 from afm.rewards.verdict import parse_verdict
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "PROMPT_VERSION",
     "RESULT_KEYS",
     "GroundTruth",
+    "InfrastructureError",
     "Judge",
     "JudgeConfig",
     "MathVerdict",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import sys
 from typing import Any
@@ -30,17 +31,104 @@ def _wrap(text: str) -> str:
     return "\\boxed{" + text + "}"
 
 
-def _check(golds: list[str], pred: str) -> tuple[bool, str]:
-    from math_verify import parse, verify
+def _no_currency(text: str) -> str:
+    # "\\$18.90" is a dollar sign, not math mode: left in, it makes the whole answer look like LaTeX text that
+    # Math-Verify cannot read (MATH500 rows 242, 459, 488 of the original's file).
+    return text.replace("\\$", "")
 
-    parsed = parse(_wrap(pred), parsing_timeout=None) or parse(pred, parsing_timeout=None)
-    if not parsed:
+
+_REL = {"\\leqslant": "<=", "\\geqslant": ">=", "\\leq": "<=", "\\geq": ">=", "\\le": "<=", "\\ge": ">=",
+        "\\lt": "<", "\\gt": ">", "\u2264": "<=", "\u2265": ">=", "=<": "<=", "=>": ">="}
+_CHAIN = re.compile(r"^(?P<a>[^<>=]+?)(?P<op1><=?|>=?)(?P<var>[A-Za-z])(?P<op2><=?|>=?)(?P<b>[^<>=]+)$")
+_LEFT = re.compile(r"^(?P<var>[A-Za-z])(?P<op><=?|>=?)(?P<b>[^<>=]+)$")
+_RIGHT = re.compile(r"^(?P<a>[^<>=]+?)(?P<op><=?|>=?)(?P<var>[A-Za-z])$")
+
+
+def _strip_math(text: str) -> str:
+    text = text.strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
+            text = text[len(left):-len(right)].strip()
+            break
+    m = re.fullmatch(r"\\boxed\{(.*)\}", text, re.DOTALL)
+    return m.group(1).strip() if m else text
+
+
+def inequality_interval(text: str) -> str | None:
+    """The interval that an inequality in one variable describes (``3 < x \\le 4`` -> ``(3,4]``), else None.
+
+    Contest graders accept either form for a solution set; Math-Verify reads an inequality as a relation, which
+    never equals an interval.
+    """
+    body = _strip_math(text)
+    for name in sorted(_REL, key=len, reverse=True):
+        body = re.sub(re.escape(name) + (r"(?![A-Za-z])" if name[0] == "\\" else ""), _REL[name], body)
+    body = "".join(body.split())
+    m = _CHAIN.match(body)
+    if m:
+        a, b, op1, op2 = m["a"], m["b"], m["op1"], m["op2"]
+        if op1[0] != op2[0]:
+            return None  # "1 < x > 3" describes no interval
+        if op1[0] == ">":  # "4 >= x > 3" is "3 < x <= 4"
+            a, b, op1, op2 = b, a, op2.replace(">", "<"), op1.replace(">", "<")
+        return ("[" if op1 == "<=" else "(") + f"{a},{b}" + ("]" if op2 == "<=" else ")")
+    m = _LEFT.match(body) or _RIGHT.match(body)
+    if not m:
+        return None
+    op = m["op"]
+    bound = m.groupdict().get("b") or m.groupdict().get("a")
+    var_first = "b" in m.groupdict()
+    upper = (op[0] == "<") == var_first  # "x < 3" and "3 > x" bound x from above
+    closed = op.endswith("=")
+    if upper:
+        return f"(-\\infty,{bound}" + ("]" if closed else ")")
+    return ("[" if closed else "(") + f"{bound},\\infty)"
+
+
+def _parses(text: str, *, gold: bool) -> list[list[Any]]:
+    """Math-Verify parses of one answer; the answer matches when any of them verifies.
+
+    The first parse of the wrapped or the raw text is the answer itself (the raw text only as a fallback: read
+    raw, "8n^2+4n+1" yields its last number). Golds add the original scorer's form, always boxed, so afm never
+    scores a real gold below it (OlympiadBench row 194 "$221,$8$" parses only that way). An inequality in one
+    variable adds its interval.
+    """
+    from math_verify import parse
+
+    text = _no_currency(text)
+    out = []
+    # A gold of several "$...$" pieces ("$69$,$84$", "$221,$8$") is one answer made of all of them; read as text,
+    # Math-Verify keeps only the first piece, so such golds are read only in the boxed forms below.
+    pieces = gold and text.count("$") > 2
+    first = None if pieces else (parse(_wrap(text), parsing_timeout=None) or parse(text, parsing_timeout=None))
+    if first:
+        out.append(first)
+    extra = []
+    if gold:
+        extra.append("\\boxed{" + text + "}")
+        if "$" in text:
+            extra.append("\\boxed{" + text.replace("$", "") + "}")
+    interval = inequality_interval(text)
+    if interval is not None:
+        extra.append("\\boxed{" + interval + "}")
+    for form in dict.fromkeys(extra):
+        parsed = parse(form, parsing_timeout=None)
+        if parsed:
+            out.append(parsed)
+    return out
+
+
+def _check(golds: list[str], pred: str) -> tuple[bool, str]:
+    from math_verify import verify
+
+    preds = _parses(pred, gold=False)
+    if not preds:
         return False, ""
-    shown = str(parsed[0])
+    shown = str(preds[0][0])
     for gold in golds:
-        gold_parsed = parse(_wrap(gold), parsing_timeout=None) or parse(gold, parsing_timeout=None)
-        if gold_parsed and verify(gold_parsed, parsed, timeout_seconds=None):
-            return True, shown
+        for gold_parsed in _parses(gold, gold=True):
+            if any(verify(gold_parsed, parsed, timeout_seconds=None) for parsed in preds):
+                return True, shown
     return False, shown
 
 

@@ -14,6 +14,14 @@ holds ``<question_id>.json`` with ``{"tests": [{input, output, testtype}], "fn_n
 tests), those tests replace the inline public ones. A
 configured folder without the file is reported in ``error`` and the inline tests are used.
 
+``details.tests_from`` says what a result was graded on: ``file`` (a test-case file with private tests),
+``file_public_only`` (a file that records ``"private_tests": 0``, as rows without private tests produce) or
+``inline`` (the public tests in the row). A LiveCodeBench score on public tests alone is too kind (a program that
+prints the sample outputs passes), so the first such result in a process logs a warning.
+
+A ``sandbox_error`` (the sandbox itself failed, not the program) is an infrastructure failure, not a wrong
+answer: the result has ``infra_error`` set (see :mod:`afm.rewards.score` for what callers do with it).
+
 Score 1 when every test passes (LiveCodeBench's pass@1 rule), else 0. Options: ``code_timeout`` (s per test,
 default 6), ``code_memory_mb`` (default 4096), ``code_float_tol`` (default 0: numbers must be equal, as in LCB),
 ``code_sandbox`` (a :class:`afm.sandbox.SandboxConfig` mapping for the shared sandbox).
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import os
 import re
 import threading
@@ -39,6 +48,8 @@ TESTS_DIR_ENV = "LIVECODEBENCH_TESTCASES_DIR"
 TESTS_DIR_ALIAS_ENV = "LIVECODEBENCH_DATA_PATH"  # the original project's name for the same folder
 PRED_CHARS = 4000
 
+logger = logging.getLogger(__name__)
+_public_only_warned = False
 _sandboxes: dict[str, Sandbox] = {}  # keyed by the effective config: code_sandbox options apply on every call
 _sandbox_lock = threading.Lock()
 
@@ -118,16 +129,51 @@ async def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_i
     float_tol = float(options.get("code_float_tol", 0.0))
     sb = shared_sandbox(options.get("code_sandbox"))
     file_data, error = _tests_file(data, options)
+    tests_from = tests_source(file_data)
+    if tests_from != "file" and is_livecodebench(data_source):
+        _warn_public_only(data_source, tests_from)
     result = await _grade(sb, code, file_data or data, data_source, limits, float_tol)
     acc = int(result.passed)
     first = next((o for o in result.outcomes if o.status not in ("passed", "skipped")), None)
     details = {"passed": result.n_passed, "total": result.n_tests, "status": result.status,
-               "question_id": data.get("question_id"), "tests_from": "file" if file_data else "inline",
+               "question_id": data.get("question_id"), "tests_from": tests_from,
                "first_failure": None if first is None else {"kind": first.status, "test": first.index,
                                                             "stderr": first.message[-500:]}}
     infra = result.status == "sandbox_error"
+    why = f"sandbox failure: {first.message[-300:]}" if infra and first is not None else "sandbox failure"
     return {"acc": acc, "score": float(acc), "pred": code[:PRED_CHARS], "method": "code_tests",
-            "error": (error or "") + ("sandbox failure" if infra else ""), "details": details}
+            "error": "; ".join(e for e in (error, why if infra else "") if e), "infra_error": infra,
+            "details": details}
+
+
+def is_livecodebench(data_source: str) -> bool:
+    """Whether ``data_source`` names a LiveCodeBench set (whose private tests live outside the rows)."""
+    return "livecodebench" in data_source.lower() or data_source.lower().startswith("lcb")
+
+
+def tests_source(file_data: dict[str, Any] | None) -> str:
+    """``file``, ``file_public_only`` or ``inline``: what a code result was graded on (module docstring)."""
+    if file_data is None:
+        return "inline"
+    return "file_public_only" if file_data.get("private_tests") == 0 else "file"
+
+
+def mark_public_only_warned() -> None:
+    """Say that this process already warned about public-only grading (the evaluator warns at its start)."""
+    global _public_only_warned
+    _public_only_warned = True
+
+
+def _warn_public_only(data_source: str, tests_from: str) -> None:
+    global _public_only_warned
+    if _public_only_warned:
+        return
+    _public_only_warned = True
+    where = ("test-case files without private tests" if tests_from == "file_public_only"
+             else f"the row's public tests (no test-case folder: set {TESTS_DIR_ENV} or code_tests_dir)")
+    logger.warning("%s is graded on %s only, without LiveCodeBench's private tests: a program that prints the "
+                   "sample outputs scores 100%%. Results record details.tests_from; see afm.eval.lcb_testcases.",
+                   data_source, where)
 
 
 async def _grade(sb: Sandbox, code: str, data: dict[str, Any], data_source: str, limits: Limits,

@@ -345,22 +345,47 @@ def _question(gt: GroundTruth, extra_info: Mapping[str, Any], question: str | No
 
 
 def _result(verdict: Verdict | None, pred: str, gt: GroundTruth, mode: str) -> dict[str, Any]:
-    em, f1 = qa_match(pred, gt.targets, mode)
+    # Web golds may contain "|" (HLE); the multi-answer "|" rule is the MHQA format's, not theirs.
+    em, f1 = qa_match(pred, gt.targets, mode, multi_answer=False)
     details: dict[str, Any] = {"em": float(em), "f1": round(f1, 6), "qa_mode": mode}
     if verdict is None or verdict.correct is None:
-        # No judge, or a judge that kept failing: normalised EM, labelled as such.
+        # No judge, or a judge that kept failing: normalised EM, labelled as such. A configured judge that failed
+        # is an infrastructure failure (the EM score says little about a web answer), no judge is a choice.
         return {"acc": float(em), "pred": pred, "method": "em_f1_fallback",
-                "error": verdict.error if verdict else "", "details": details}
+                "error": verdict.error if verdict else "", "infra_error": verdict is not None, "details": details}
     details.update(votes=[int(v) for v in verdict.votes], cached=verdict.cached, attempts=verdict.attempts,
                    rationale=verdict.rationale[:500])
     return {"acc": float(verdict.correct), "pred": pred, "method": "judge", "error": verdict.error,
             "details": details}
 
 
+_fallback_warned = False
+
+FALLBACK_WARNING = ("no judge configured (GRM_BASE_URL is not set): web/QA answers are scored by EM/F1 fallback, "
+                    "not the judge; set GRM_BASE_URL, GRM_API_KEY and GRM_MODEL_NAME to use one")
+
+
+def mark_no_judge_warned() -> None:
+    """Say that this process already warned about the EM/F1 fallback (the evaluator warns at its start)."""
+    global _fallback_warned
+    _fallback_warned = True
+
+
+def warn_no_judge_once() -> None:
+    """Log :data:`FALLBACK_WARNING` once per process (the first judge-scored sample of a run without a judge)."""
+    global _fallback_warned
+    if not _fallback_warned:
+        _fallback_warned = True
+        logger.warning(FALLBACK_WARNING)
+
+
 def _prepare(solution_str: str, extra_info: Mapping[str, Any], judge: Judge | None, qa_mode: str | None,
              options: Mapping[str, Any]) -> tuple[str | None, str, Judge]:
     mode = resolve_mode(qa_mode, dict(extra_info))
-    return last_answer(solution_str), mode, judge or get_judge(**judge_overrides(options))
+    judge = judge or get_judge(**judge_overrides(options))
+    if not judge.config.configured:
+        warn_no_judge_once()
+    return last_answer(solution_str), mode, judge
 
 
 async def score_async(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: dict[str, Any],

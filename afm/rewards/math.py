@@ -7,8 +7,12 @@ thread) and a hard deadline in the caller; a worker that misses the hard deadlin
 next call. Callers may be any thread or an asyncio task (through ``asyncio.to_thread``).
 
 The prediction is the body of the last ``<answer>``. Answers without ``\\boxed{}`` or ``$`` are wrapped in
-``\\boxed{}`` before parsing (Math-Verify only extracts a bare ``[0,1)`` or ``\\{1,2\\}`` in math mode). A gold
-answer equal to the prediction as a string (after removing ``$``, ``\\boxed{}`` and spaces) short-cuts the worker.
+``\\boxed{}`` before parsing (Math-Verify only extracts a bare ``[0,1)`` or ``\\{1,2\\}`` in math mode). Escaped
+dollars (``\\$18.90``) are currency, not math mode, and are dropped. A gold is also read boxed as written (the
+original scorer's only form, so afm never scores a real gold below it); a gold of several ``$...$`` pieces
+(``$221,$8$``) is read only boxed, as one answer. An inequality in one variable (``3 < x \\le 4``) also counts as
+its interval (``(3,4]``), on either side. A gold answer equal to the prediction as a string (after removing ``$``,
+``\\boxed{}`` and spaces) short-cuts the worker.
 
 Env: ``AFM_MATH_TIMEOUT`` (seconds per verification, default 10), ``AFM_MATH_WORKERS`` (pool size, default
 ``min(4, cpu_count)``).

@@ -8,7 +8,11 @@ Rule for multi-answer predictions (the MHQA prompt asks for answers separated by
   prediction with no non-empty part, vacuously; we do not.)
 - **eval**: only the first ``|``-separated part counts; it is correct iff, normalised, it equals a gold answer.
 
-Gold answers are aliases of one answer and are never split. F1 is reported beside EM: train, the mean over parts of
+The ``|`` rule belongs to the MHQA answer format (:mod:`afm.prompts.mhqa` defines it), so only the QA scorer of
+MHQA sources applies it; other callers (the judge's EM/F1 fallback for web benchmarks, whose golds may contain
+``|``, as HLE's ``f bc=X|V|U|T|L`` or ``\\int_{|z|=1}``) pass ``multi_answer=False`` and compare the whole
+prediction. Even under the rule, a prediction that equals a gold containing ``|`` as a whole is correct. Gold answers are aliases
+of one answer and are never split. F1 is reported beside EM: train, the mean over parts of
 each part's best F1; eval, the first part's best F1. Normalisation uses ASCII punctuation only, exactly like the
 SQuAD script, so EM figures stay comparable with published ones.
 """
@@ -60,10 +64,18 @@ def split_parts(prediction: str) -> list[str]:
     return [p.strip() for p in prediction.split("|") if p.strip()]
 
 
-def qa_match(prediction: str, golds: Sequence[str], mode: str = "train") -> tuple[bool, float]:
-    """``(em, f1)`` of ``prediction`` against ``golds`` under the module's multi-answer rule for ``mode``."""
+def qa_match(prediction: str, golds: Sequence[str], mode: str = "train", *,
+             multi_answer: bool = True) -> tuple[bool, float]:
+    """``(em, f1)`` of ``prediction`` against ``golds``: the module's multi-answer rule for ``mode`` when
+    ``multi_answer``, else the whole prediction."""
     if mode not in QA_MODES:
         raise ValueError(f"qa_mode must be one of {QA_MODES}, got {mode!r}")
+    piped = [g for g in golds if "|" in g]
+    if not multi_answer or (piped and exact_match(prediction, piped)):
+        whole = prediction.strip()
+        if not whole:
+            return False, 0.0
+        return exact_match(whole, golds), f1_score(whole, golds)
     if mode == "eval":
         first = prediction.split("|")[0].strip()
         if not first:

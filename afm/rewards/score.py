@@ -8,7 +8,8 @@ format, combine (``format_mode``), add the DAPO overlong penalty. Every result h
 (:data:`RESULT_KEYS`), whatever the data source or outcome, because verl stacks each key across the batch:
 
 - ``score`` (float, the reward), ``acc`` (0.0/1.0: the answer alone), ``format_ok`` (0.0/1.0),
-  ``overlong_penalty`` (≤ 0) — numbers, averaged into metrics;
+  ``overlong_penalty`` (≤ 0), ``infra_error`` (1.0 when the grader's infrastructure failed: the sandbox
+  (``sandbox_error``) or a configured judge that gave no verdict) — numbers, averaged into metrics;
 - ``pred`` (the extracted answer; verl uses it for maj@k), ``method`` (``em``, ``math_verify``, ``judge``,
   ``em_f1_fallback``, ``no_answer``, or the code scorer's), ``error`` (why a scorer degraded; ``""`` when none),
   ``format_problems`` (comma-separated problem codes), ``data_source`` (the registered name), ``details`` (a JSON
@@ -22,6 +23,15 @@ Options: ``format_mode`` (``score_only``|``multiply``|``penalty``, default ``sco
 
 Bad input (unknown data source, malformed ground truth) raises ValueError naming the data source. A judge that
 fails falls back to EM/F1 and a math timeout scores 0, each with ``error`` set; neither raises.
+
+**Infrastructure failures are not wrong answers.** A result with ``infra_error`` 1.0 still has ``score`` 0 (or the
+judge's EM/F1 fallback), but it says nothing about the answer. The evaluator stores such samples as failed and
+retries them on resume (:mod:`afm.eval.run`). In RL (verl), where a dead sandbox or judge would silently turn whole
+GRPO groups into zero-reward groups, the reward function fails loudly instead: after ``infra_fail_limit``
+infrastructure failures in a row in one process (option, or ``$AFM_INFRA_FAIL_LIMIT``; default
+:data:`DEFAULT_INFRA_FAIL_LIMIT`; 0 disables) it raises :class:`InfrastructureError`, which stops the training
+step. Isolated failures below the limit keep score 0 and show up as the ``infra_error`` metric; any result that is
+not an infrastructure failure resets the count.
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import os
+import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -38,7 +50,51 @@ from afm.rewards.length import penalty_from_options
 from afm.rewards.registry import ScorerSpec, get_scorer
 
 RESULT_KEYS = ("score", "acc", "pred", "method", "error", "format_ok", "format_problems", "overlong_penalty",
-               "data_source", "details")
+               "infra_error", "data_source", "details")
+DEFAULT_INFRA_FAIL_LIMIT = 8
+INFRA_LIMIT_ENV = "AFM_INFRA_FAIL_LIMIT"
+
+
+class InfrastructureError(RuntimeError):
+    """Too many infrastructure failures in a row (dead sandbox or judge): scores would be meaningless."""
+
+
+class _InfraStreak:
+    """Infrastructure failures in a row, shared by every caller in this process (verl scores from threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+        self.last_error = ""
+
+    def record(self, failed: bool, error: str, limit: int, data_source: str) -> None:
+        with self._lock:
+            if not failed:
+                self.count = 0
+                return
+            self.count += 1
+            self.last_error = error
+            count = self.count
+        if limit > 0 and count >= limit:
+            raise InfrastructureError(
+                f"{count} infrastructure failures in a row (last: {data_source}: {error or 'no detail'}); the sandbox "
+                f"or the judge is down, so rewards would all be 0. Fix it and resume, or raise infra_fail_limit "
+                f"(INFRA_FAIL_LIMIT of experiments/*.sh, or ${INFRA_LIMIT_ENV}; 0 disables this check).")
+
+
+_streak = _InfraStreak()
+
+
+def infra_fail_limit(options: Mapping[str, Any]) -> int:
+    """The consecutive-failure limit: option ``infra_fail_limit``, else ``$AFM_INFRA_FAIL_LIMIT``, else 8."""
+    value = options.get("infra_fail_limit", os.environ.get(INFRA_LIMIT_ENV, DEFAULT_INFRA_FAIL_LIMIT))
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"infra_fail_limit must be an integer >= 0, got {value!r}") from None
+    if limit < 0:
+        raise ValueError(f"infra_fail_limit must be an integer >= 0, got {value!r}")
+    return limit
 PRED_LIMIT = 4000  # characters of ``pred`` kept in the result (whole programs can be long)
 
 
@@ -75,6 +131,7 @@ class _Post(NamedTuple):
     format_allow_text: bool
     overlong_penalty: float
     overlong_note: str
+    infra_fail_limit: int
 
 
 def _post_options(options: Mapping[str, Any], extra_info: Mapping[str, Any], data_source: str) -> _Post:
@@ -85,8 +142,12 @@ def _post_options(options: Mapping[str, Any], extra_info: Mapping[str, Any], dat
         penalty, note = penalty_from_options(options, extra_info)
     except ValueError as exc:
         raise ValueError(f"{data_source}: {exc}") from None
+    try:
+        limit = infra_fail_limit(options)
+    except ValueError as exc:
+        raise ValueError(f"{data_source}: {exc}") from None
     return _Post(mode, float(options.get("format_penalty", 0.5)), _tags(options.get("format_tags")),
-                 bool(options.get("format_allow_text", False)), penalty, note)
+                 bool(options.get("format_allow_text", False)), penalty, note, limit)
 
 
 def _finish(raw: Any, spec: ScorerSpec, solution_str: str, post: _Post) -> dict[str, Any]:
@@ -101,6 +162,8 @@ def _finish(raw: Any, spec: ScorerSpec, solution_str: str, post: _Post) -> dict[
     details = dict(raw.get("details") or {})
     if post.overlong_note:
         details["overlong_note"] = post.overlong_note
+    infra = bool(raw.get("infra_error"))
+    _streak.record(infra, str(raw.get("error") or ""), post.infra_fail_limit, spec.name)
     pred = str(raw.get("pred") or "")
     if len(pred) > PRED_LIMIT:
         details["pred_chars"] = len(pred)
@@ -114,6 +177,7 @@ def _finish(raw: Any, spec: ScorerSpec, solution_str: str, post: _Post) -> dict[
         "format_ok": float(format_ok),
         "format_problems": ",".join(dict.fromkeys(p.code for p in problems)),
         "overlong_penalty": post.overlong_penalty,
+        "infra_error": float(infra),
         "data_source": spec.name,
         "details": json.dumps(details, ensure_ascii=False, default=str, sort_keys=True),
     }

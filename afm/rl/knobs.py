@@ -272,6 +272,7 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     reward_manager, reward_fn = k.get("REWARD_MANAGER", "dapo"), k.get("REWARD_FN")
     reward_workers = k.get("REWARD_NUM_WORKERS", "8")
     format_mode = k.get("FORMAT_MODE", "score_only")
+    infra_limit = k.get("INFRA_FAIL_LIMIT", "8")
     both_ints = is_int(prompt_len) and is_int(response_len)
     overlong_len = k.get("OVERLONG_BUFFER_LEN", str(int(response_len) // 8) if is_int(response_len) else "0")
     overlong_factor = k.get("OVERLONG_PENALTY_FACTOR", "1.0")
@@ -312,6 +313,7 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     one_of("REWARD_MANAGER", reward_manager, REWARD_MANAGERS, "dapo, rate_limited or naive")
     one_of("REWARD_FN", reward_fn, REWARD_FNS, "compute_score or compute_score_async")
     one_of("FORMAT_MODE", format_mode, FORMAT_MODES, "score_only, multiply or penalty")
+    need(infra_limit.isdigit(), f"INFRA_FAIL_LIMIT must be a whole number >= 0 (got '{infra_limit}')")
     one_of("FILTER_METRIC", recipe["FILTER_METRIC"], FILTER_METRICS, "acc, score or reward")
     one_of("LOSS_AGG_MODE", recipe["LOSS_AGG_MODE"], LOSS_AGG_MODES, "token-mean, token-sum, seq-mean-token-sum, "
            "seq-mean-token-mean or seq-mean-token-sum-norm")
@@ -476,7 +478,8 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     # reward: afm's entry through verl's reward loop
     ov += [f"reward.num_workers={reward_workers}", f"reward.reward_manager.name={reward_manager}",
            f"reward.custom_reward_function.path={reward_path}", f"reward.custom_reward_function.name={reward_fn}",
-           f"+reward.custom_reward_function.reward_kwargs.format_mode={format_mode}"]
+           f"+reward.custom_reward_function.reward_kwargs.format_mode={format_mode}",
+           f"+reward.custom_reward_function.reward_kwargs.infra_fail_limit={infra_limit}"]
     if reward_manager == "dapo":
         if algorithm == "ppo":
             warn("REWARD_MANAGER=dapo with ALGORITHM=ppo: DAPO's overlong shaping on PPO")

@@ -154,3 +154,46 @@ def test_code_ground_truth_from_parquet_reaches_the_code_scorer(tiny_model, toke
     out = score_all(cfg, data)  # the sandbox is part of the rl test environment (extra sandbox)
     assert not out[0]["reward_extra_info"].get("error")
     assert [o["reward_score"] for o in out] == [1.0, 0.0]
+
+
+def broken_sandbox(tmp_path: Path) -> dict:
+    """A sandbox whose interpreter passes the start-up probe but cannot be mounted in the jail: every program
+    ends in sandbox_error, as when the sandbox breaks under a running training job."""
+    import sys
+
+    fake = tmp_path / "broken-python" / "python3"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(f'#!/bin/sh\ncase "$*" in *sys.version_info*) exec {os.path.realpath(sys.executable)} "$@";; '
+                    "esac\nexit 3\n")
+    fake.chmod(0o755)
+    return {"python": str(fake), "mode": "oneshot"}
+
+
+CODE_GT = '{"stdin": ["1 2\\n"], "expected_output": ["3\\n"], "question_id": "abc100_a"}'
+GOOD_CODE = "<answer>\n```py\na, b = map(int, input().split())\nprint(a + b)\n```\n</answer>"
+
+
+def code_config(tiny_model, tmp_path, limit: str):
+    from omegaconf import open_dict
+
+    cfg = script_config("code", MODEL_PATH=str(tiny_model), REWARD_MANAGER="naive", MAX_RESPONSE_LENGTH="128",
+                        MAX_PROMPT_LENGTH="64", INFRA_FAIL_LIMIT=limit)
+    assert cfg.reward.custom_reward_function.reward_kwargs.infra_fail_limit == int(limit)
+    with open_dict(cfg):
+        cfg.reward.custom_reward_function.reward_kwargs.code_sandbox = broken_sandbox(tmp_path)
+    return cfg
+
+
+def test_infrastructure_failures_are_flagged_then_stop_the_step(tiny_model, tokenizer, tmp_path):
+    """A dead sandbox: below INFRA_FAIL_LIMIT the samples score 0 with infra_error=1 (a logged metric, not a
+    silent wrong answer); at the limit verl's reward worker raises and the training step fails loudly.
+
+    verl loads afm/rewards/score.py afresh for each reward worker, so each worker counts its own streak."""
+    samples = [{"data_source": "livecodebench_v5", "response": GOOD_CODE, "gt": CODE_GT}] * 3
+    out = score_all(code_config(tiny_model, tmp_path, "8"), batch(tokenizer, samples, response_length=128))
+    assert [o["reward_score"] for o in out] == [0.0] * 3
+    for o in out:
+        info = o["reward_extra_info"]
+        assert info["infra_error"] == 1.0 and info["error"].startswith("sandbox failure"), info
+    with pytest.raises(Exception, match=r"(?s)3 infrastructure failures in a row .*the sandbox or the judge is down"):
+        score_all(code_config(tiny_model, tmp_path, "3"), batch(tokenizer, samples, response_length=128))
