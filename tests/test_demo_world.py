@@ -94,6 +94,14 @@ def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
     assert len(rows) == clean["filter_report"]["records_out"] and "<observation>" in rows[0]["output"]
     info = json.loads((clean["data"] / "dataset_info.json").read_text())
     assert SFT_DATASET in info
+    # controller.space_after_tag: one-line calls and answers start with a space (the entity keeps its question
+    # tokens), programs keep their fenced layout, and the tools still got the stripped argument
+    import re
+    text = "\n".join(r["output"] for r in rows)
+    one_line = re.findall(r"<(wiki_search|web_search|crawl_page|answer|suggested_answer)>([^\n<]*)</\1>", text)
+    assert one_line and all(body.startswith(" ") and not body.startswith("  ") for _, body in one_line)
+    assert "<code>\n```py" in text
+    assert all(c["status"] == "ok" for r in correct for c in r["tool_calls"])
     # every arithmetic program of the noisy teacher has a slip: the verifier rejects some answers (re-plan, then a
     # self-corrected run, upsampled) and misses others (wrong runs the quality filter drops)
     filters = {f["name"]: f for f in noisy["filter_report"]["filters"]}

@@ -33,7 +33,8 @@ TEACHER_CONFIG = {
     "budgets": {"max_steps": 40, "max_tool_calls": 6, "max_replans": 2, "max_answer_attempts": 2,
                 "run_timeout_s": 120},
     "controller": {"prompt_key": "afm.demo.world:PROMPT", "reflect_every": 2, "accept_score": 3,
-                   "tool_timeout_s": 30, "answer_think": "Score {score}: answer."},
+                   "tool_timeout_s": 30, "answer_think": "Score {score}: answer.",
+                   "space_after_tag": True},
 }
 
 
@@ -126,16 +127,15 @@ def tokenizer_texts(data_dir: Path) -> list[str]:
 
 
 def build_student(out: Path, data_dir: Path, size: ModelSize = ModelSize(), seed: int = 0) -> Path:
-    """The untrained student (random weights) with a tokenizer trained on the SFT set; words are the same tokens
-    wherever they appear (:data:`afm.demo.tiny_model.WORD_PATTERN`), so copying an unseen name is learnable."""
-    from afm.demo.tiny_model import WORD_PATTERN, build_tiny_model
+    """The untrained student (random weights) with a Qwen2-style tokenizer trained on the SFT set."""
+    from afm.demo.tiny_model import build_tiny_model
 
     if (out / "config.json").exists():
         return out
     return build_tiny_model(out, tokenizer_texts(data_dir), vocab_size=size.vocab_size,
                             hidden_size=size.hidden_size, intermediate_size=size.intermediate_size,
                             num_layers=size.num_layers, num_heads=size.num_heads, num_kv_heads=size.num_kv_heads,
-                            seed=seed, pattern=WORD_PATTERN)
+                            seed=seed)
 
 
 def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule = SftSchedule(),

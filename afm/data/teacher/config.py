@@ -97,6 +97,11 @@ class ControllerConfig:
     tool_timeout_s: float = 120.0
     dedupe: bool = True  # repeated identical searches/crawls get the engine's "already done" note
     answer_think: str = "The double check scored {score}, so I give the final answer."
+    # Write a space after the opening tag of one-line tool calls and answers ("<wiki_search> Mira Vell"). With a
+    # tokenizer whose words carry their leading space (Qwen's), the entity is then the same tokens in the call as in
+    # the question and the observations; a student trained from scratch (the miniature recipe) can learn to copy
+    # it, where ">Mira" vs " Mira" would be a different token pair to learn for every name. Tools and scorers strip.
+    space_after_tag: bool = False
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,7 @@ class Teacher:
         out = await self._ask(run, role, {"tool": step.tool, "goal": step.goal},
                               lambda text: R.parse_tool_agent(text, step.tool))
         run.emit("think", out["think"])
-        run.emit(step.tool, out["argument"])
+        run.emit(step.tool, self._spaced(out["argument"]))
         ctx = ToolContext(question=run.task.question, text=run.text(),
                           kwargs=dict(run.task.meta.get("tools_kwargs", {}).get(step.tool, {})))
         t0 = time.monotonic()
@@ -220,6 +220,13 @@ class Teacher:
         run.log.append({"role": "tool", "name": step.tool, "argument": out["argument"], "observation": obs,
                         "status": rec.status, "error": rec.error, "latency_s": round(rec.latency_s, 4),
                         "truncated": truncated})
+
+    def _spaced(self, body: str) -> str:
+        """``body`` with a leading space when ``controller.space_after_tag`` asks for it (one-line bodies only:
+        programs keep their fenced block layout)."""
+        if self.config.controller.space_after_tag and "\n" not in body and not body.startswith(" "):
+            return " " + body
+        return body
 
     async def _reflect(self, run: _Run) -> str:
         out = await self._ask(run, "reflector", {}, R.parse_reflector)
@@ -239,10 +246,10 @@ class Teacher:
         out = await self._ask(run, "answerer", {}, lambda text: R.parse_answerer(text, require_py))
         run.emit("think", out["think"])
         if "double_check" not in run.prompt.tags:
-            run.emit("answer", out["answer"])
+            run.emit("answer", self._spaced(out["answer"]))
             run.final_answer = out["answer"].strip()
             return True
-        run.emit("suggested_answer", out["answer"])
+        run.emit("suggested_answer", self._spaced(out["answer"]))
         check = await self._ask(run, "verifier", {"answer": out["answer"]}, R.parse_verifier)
         score = check["score"]
         run.emit("think", check["think"])
@@ -250,7 +257,7 @@ class Teacher:
         run.double_checks.append({"score": score, "answer": out["answer"].strip()})
         if score >= accept:
             run.emit("think", R.fill(self.config.controller.answer_think, {"score": score}))
-            run.emit("answer", out["answer"])
+            run.emit("answer", self._spaced(out["answer"]))
             run.final_answer = out["answer"].strip()
             return True
         if not grammar.allows("double_check", "plan"):
