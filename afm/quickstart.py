@@ -31,19 +31,19 @@ import yaml
 class Profile:
     """How much of everything one quickstart run does (tasks per family and split, SFT schedule, RL steps)."""
 
-    train_per_family: int = 600
-    rl_per_family: int = 12
+    train_per_family: int = 500
+    rl_per_family: int = 8
     heldout_per_family: int = 25
     untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
-    sft_epochs: float = 2.0
+    sft_epochs: float = 3.0
     sft_lr: float = 2e-3
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
-    rl_steps: int = 6
+    rl_steps: int = 4
     rl_lr: float = 1e-5
 
 
 DEFAULT = Profile()
-FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=2.0, rl_samples=8,
+FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
                rl_steps=30)
 
 
@@ -89,9 +89,18 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         rl: bool = True) -> dict[str, Any]:
     """Run the miniature recipe in ``workdir``; returns the summary (also written to ``summary.json``)."""
     from afm.demo.agent_demo import DemoServers
-    from afm.demo.recipe import (SftSchedule, build_student, distill_sft_data, evaluate, make_world, select_rl_data,
-                                 sft_config, train_rl, train_sft)
-    from afm.quickstart_summary import stage_summary, table, write_report
+    from afm.demo.recipe import (
+        SftSchedule,
+        build_student,
+        distill_sft_data,
+        evaluate,
+        make_world,
+        select_rl_data,
+        sft_config,
+        train_rl,
+        train_sft,
+    )
+    from afm.quickstart_summary import rename_families, stage_summary, table, write_report
 
     t0 = time.monotonic()
     seconds: dict[str, float] = {}
@@ -165,7 +174,7 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
 
     print("[8/8] summary", flush=True)
     compare = [("sft", "untrained")] + ([("rl", "sft")] if "rl" in runs else [])
-    summary = stage_summary({k: str(v) for k, v in runs.items()}, compare=compare)
+    summary = rename_families(stage_summary({k: str(v) for k, v in runs.items()}, compare=compare), "world_")
     seconds["total"] = time.monotonic() - t0
     summary["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
     summary["profile"] = asdict(profile)

@@ -63,6 +63,17 @@ def stage_summary(runs: Mapping[str, str | Path], compare: Sequence[tuple[str, s
     return out
 
 
+def rename_families(summary: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``summary`` with ``prefix`` dropped from every family name (``world_arith`` -> ``arith``), in place."""
+    def strip(d: Any) -> Any:
+        return {k.removeprefix(prefix): v for k, v in d.items()} if isinstance(d, dict) else d
+
+    for key in ("stages", "ci", "tool_calls", "tokens_per_solved", "comparisons"):
+        summary[key] = {stage: strip(v) for stage, v in summary.get(key, {}).items()}
+    summary["questions"] = strip(summary.get("questions", {}))
+    return summary
+
+
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.0f}%"
 

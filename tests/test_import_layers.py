@@ -45,7 +45,7 @@ ALLOWED: dict[str, set[str]] = {
     "demo": {"agent", "tools", "trajectory", "servers", "testing", "sandbox", "rewards", "prompts", "data", "eval",
              "demo_content", "quickstart_rl", *UTILS},
     "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "testing", "prompts",
-                   "demo_content", "quickstart_rl", *UTILS},
+                   "demo_content", "quickstart_rl", "quickstart_summary", *UTILS},
     "quickstart_rl": set(),
     "quickstart_summary": {"eval"},
     "doctor": {"sft", "sandbox"},

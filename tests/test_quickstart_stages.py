@@ -92,3 +92,15 @@ def test_latest_hf_checkpoint(tmp_path):
     assert latest_hf_checkpoint(tmp_path) == tmp_path / "global_step_10" / "actor" / "huggingface"
     with pytest.raises(FileNotFoundError, match="no Hugging Face checkpoint"):
         latest_hf_checkpoint(tmp_path / "global_step_12")
+
+
+def test_family_names_lose_the_benchmark_prefix(tmp_path):
+    from afm.quickstart_summary import rename_families
+
+    runs = {"sft": _run(tmp_path / "s", {"world_arith": 8, "world_lookup": 5}),
+            "rl": _run(tmp_path / "r", {"world_arith": 9, "world_lookup": 10})}
+    s = rename_families(stage_summary(runs, compare=[("rl", "sft")]), "world_")
+    assert s["stages"]["sft"] == {"arith": 0.8, "lookup": 0.5, "macro": pytest.approx(0.65)}
+    assert set(s["ci"]["rl"]) == set(s["tool_calls"]["rl"]) == {"arith", "lookup", "macro"}
+    assert s["questions"] == {"arith": 10, "lookup": 10}
+    assert s["comparisons"]["rl_vs_sft"]["lookup"]["diff"] == pytest.approx(0.5)

@@ -1,30 +1,12 @@
-"""The quickstart's rollout step: the SFT'd tiny model solves demo questions through the rollout engine with
-real local tools (the search server over the demo corpus as a process on 127.0.0.1, and the code sandbox)."""
+"""The demo's tool servers as real processes on 127.0.0.1: the demo web site and the search, crawl and wiki servers
+over the demo corpora or a demo world (:mod:`afm.demo.world`); used by the quickstart, the recipe and the tests."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
-from afm.agent import AgentConfig, SamplingParams, ToolRunner, Trajectory, run_trajectory
-from afm.agent.hf_backend import HFBackend
-from afm.agent.runner import JsonlStore, format_summary, summarize
-from afm.demo_content.samples import DEMO_SYSTEM, demo_samples
 from afm.testing.procs import ServerProcess, free_port
-
-
-def show(traj: Trajectory, width: int = 100) -> str:
-    """A trajectory for humans: model text as is, observations boxed (they are masked in training)."""
-    out = []
-    for seg in traj.segments:
-        if seg.kind == "model":
-            out.append(seg.text if len(seg.text) <= 600 else seg.text[:600] + f" …[{len(seg.text) - 600} more chars]")
-        else:
-            body = seg.text.strip("\n")
-            out.append("\n  ┌ observation (inserted by the environment, loss mask 0)\n"
-                       + "\n".join("  │ " + line[:width] for line in body.splitlines()) + "\n  └\n")
-    return "".join(out)
 
 
 class DemoServers:
@@ -94,88 +76,3 @@ class DemoServers:
     def __exit__(self, *exc: object) -> None:
         for server in reversed(self.servers):
             server.stop()
-
-
-def run_agent_demo(model_dir: str | Path, workdir: str | Path, n_questions: int = 4, seed: int = 7,
-                   max_turns: int = 6, servers: DemoServers | None = None) -> dict[str, Any]:
-    """Call each server-backed tool once, then roll out ``n_questions`` demo questions with web_search and code;
-    write and summarise the trajectories. Starts :class:`DemoServers` unless running ones are given."""
-    work = Path(workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    samples = demo_samples(n_questions, seed)
-    out = work / "trajectories.jsonl"
-    if out.exists():
-        out.unlink()
-    own = servers is None
-    srv = servers if servers is not None else DemoServers(work)
-    if own:
-        srv.__enter__()
-    try:
-        for line in asyncio.run(_tool_checks(srv.ports, srv.site)):
-            print("  " + line)
-        trajs = asyncio.run(_rollout(model_dir, srv.ports["search"], [s.question for s in samples], max_turns))
-    finally:
-        if own:
-            srv.__exit__()
-    store = JsonlStore(out)
-    for i, (sample, traj) in enumerate(zip(samples, trajs, strict=True)):
-        store.append({"key": f"demo{i}#0", "question": sample.question, "gold": sample.answer, **traj.to_dict()})
-    store.close()
-    summary = summarize(store.records())
-    correct = sum(t.final_answer() is not None and t.final_answer().strip() == s.answer
-                  for s, t in zip(samples, trajs, strict=True))
-    best = max(range(len(trajs)), key=lambda i: (len(trajs[i].tool_calls) > 0, trajs[i].final_answer() is not None))
-    print(f"question: {samples[best].question}   (gold: {samples[best].answer})")
-    print(show(trajs[best]))
-    print(f"finish: {trajs[best].finish_reason}; tool calls: "
-          f"{[(c.name, c.status) for c in trajs[best].tool_calls]}\n")
-    print(format_summary(summary))
-    print(f"exact answers: {correct}/{len(samples)} (a tiny model trained for a minute: the point is the pipeline, "
-          f"all of it real; trajectories in {out})")
-    return {"trajectories": str(out), "summary": summary, "correct": correct}
-
-
-async def _tool_checks(ports: dict[str, int], site: str) -> list[str]:
-    """One call of each server-backed tool, as the engine would make it (shows every server answering)."""
-    from afm.tools import ToolContext
-    from afm.tools.crawl_page import CrawlPageTool
-    from afm.tools.web_search import WebSearchTool
-    from afm.tools.wiki_search import WikiSearchTool
-
-    calls = [(WebSearchTool({"url": f"http://127.0.0.1:{ports['search']}/search", "num_results": 2}),
-              "Brassel Lighthouse height"),
-             (CrawlPageTool({"url": f"http://127.0.0.1:{ports['crawl']}/crawl_page", "summary_type": "none"}),
-              f"{site}/brassel-lighthouse.html"),
-             (WikiSearchTool({"url": f"http://127.0.0.1:{ports['wiki']}/retrieve", "topk": 1}),
-              "Who designed the Brassel Lighthouse?")]
-    lines = []
-    for tool, arg in calls:
-        try:
-            res = await tool.call(arg, ToolContext(question="How tall is the Brassel Lighthouse?"))
-        finally:
-            await tool.aclose()
-        first = " ".join(res.text.split())[:110]
-        lines.append(f"<{tool.name}>{arg}</{tool.name}> -> {res.status}: {first}…")
-    return lines
-
-
-async def _rollout(model_dir: str | Path, port: int, questions: list[str], max_turns: int) -> list[Trajectory]:
-    from afm.tools.code import CodeTool
-    from afm.tools.web_search import WebSearchTool
-
-    backend = HFBackend.from_pretrained(str(model_dir), max_batch=len(questions))
-    tools = {"web_search": WebSearchTool({"url": f"http://127.0.0.1:{port}/search", "num_results": 3}),
-             "code": CodeTool({"timeout": 10})}
-    cfg = AgentConfig(tools=("web_search", "code"), sampling=SamplingParams(temperature=0.0), max_turns=max_turns,
-                      max_tokens_per_turn=160, max_response_tokens=1200, max_model_len=2048, tool_timeout_s=30)
-    runner = ToolRunner(tools, cfg)
-    tok = backend.tok
-    try:
-        prompts = [tok.chat_prompt_ids([{"role": "system", "content": DEMO_SYSTEM}, {"role": "user", "content": q}])
-                   for q in questions]
-        return list(await asyncio.gather(*[run_trajectory(backend, tok, runner, cfg, p, question=q)
-                                           for p, q in zip(prompts, questions, strict=True)]))
-    finally:
-        for tool in tools.values():
-            await tool.aclose()
-        await backend.aclose()
