@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[1] / "afm"
 # sandbox; agent uses trajectory and tools; rewards uses trajectory and sandbox; eval and data use agent and
 # rewards; sft uses trajectory; rl uses agent, tools and rewards; sft and rl never import each other; servers are
 # standalone services (reached over HTTP).
-UTILS = {"chat_client", "kvcache", "table_io", "names", "env_defaults"}
+UTILS = {"chat_client", "kvcache", "table_io", "names", "env_defaults", "launch_knobs"}
 ALLOWED: dict[str, set[str]] = {
     "trajectory": set(),
     "sandbox": set(),
@@ -28,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "kvcache": set(),
     "table_io": set(),
     "env_defaults": set(),  # default ports and model names, read from environment.sh (the only place they are written)
+    "launch_knobs": set(),  # how launch-script knobs read (numbers, booleans, lists), for afm.sft/rl.knobs
     "names": set(),  # the one name normaliser (benchmarks, data sources, prompt keys)
     "prompts": {"trajectory", "names"},
     "tools": {"sandbox", "env_defaults"},
@@ -38,9 +39,9 @@ ALLOWED: dict[str, set[str]] = {
     "rewards": {"trajectory", "sandbox", *UTILS},
     "eval": {"agent", "rewards", "trajectory", "tools", "prompts", "demo_content", *UTILS},
     "data": {"agent", "rewards", "trajectory", "tools", "prompts", *UTILS},
-    "sft": {"trajectory"},
+    "sft": {"trajectory", "launch_knobs"},
     # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.demo
-    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content"},
+    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content", "launch_knobs"},
     # applications: the demo world, the quickstart, the CLI and the doctor sit on top
     "demo": {"agent", "tools", "trajectory", "servers", "testing", "sandbox", "rewards", "prompts", "data", "eval",
              "demo_content", "quickstart_rl", *UTILS},

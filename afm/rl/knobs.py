@@ -17,9 +17,10 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from afm.launch_knobs import KnobError, is_int, is_number, is_posint, parse_bool, run_logged, split_list
 
 ENGINES = ("vllm", "sglang", "hf")
 TRAINER_MODES = ("sync", "colocate_async", "separate_async")
@@ -34,44 +35,14 @@ RESUME_MODES = ("auto", "disable", "resume_path")
 LOGGERS = ("console", "wandb", "swanlab", "tensorboard", "mlflow", "file", "clearml", "trackio")
 ATTN_IMPLS = ("auto", "flash_attention_2", "sdpa", "eager")
 
-_NUMBER = re.compile(r"^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _HYDRA_UNSAFE = re.compile(r"[][\s=,\"{}']")
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9_./:,=+@%-]+$")
 
 
-class KnobError(ValueError):
-    """A knob whose value cannot work; the message names it and says what it takes."""
-
-
-def is_number(value: str) -> bool:
-    return bool(_NUMBER.match(value))
-
-
-def is_int(value: str) -> bool:
-    return bool(re.match(r"^-?[0-9]+$", value))
-
-
-def is_posint(value: str) -> bool:
-    return bool(re.match(r"^[0-9]+$", value)) and int(value) > 0
-
-
 def as_bool(name: str, value: str) -> str:
-    """``true``/``false`` from the spellings people type (1/0, yes/no, on/off, any case)."""
-    lowered = value.lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return "true"
-    if lowered in ("false", "0", "no", "off"):
-        return "false"
-    raise KnobError(f"{name} must be true or false (got '{value}')")
-
-
-def split_list(value: str) -> list[str]:
-    """A comma-separated value split as bash's ``IFS=, read -a`` does: one trailing empty item is dropped."""
-    if not value:
-        return []
-    items = value.split(",")
-    return items[:-1] if items[-1] == "" else items
+    """``true``/``false`` (the words verl's overrides take) from the spellings people type."""
+    return "true" if parse_bool(name, value) else "false"
 
 
 def shell_word(word: str) -> str:
@@ -586,24 +557,8 @@ def run(launch: RlLaunch, root: str) -> int:
     except (ImportError, ValueError, OSError):
         pass  # as `ulimit -n 65535 || true`: more open files help Ray, fewer are not fatal
     os.makedirs(launch.ckpt_dir, exist_ok=True)
-    log_path = f"{launch.ckpt_dir}/train.log"
-    header = f"[afm] ===== {time.strftime('%Y-%m-%d %H:%M:%S')} on {os.uname().nodename} =====\n{launch.summary}\n"
-    out = sys.stdout.buffer
-    with open(log_path, "ab") as log:
-        for sink in (log, out):
-            sink.write(header.encode())
-            sink.flush()
-        out.write(f"[afm] log: {log_path}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(launch.command, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        assert proc.stdout is not None
-        # verl's output as it comes, to the terminal and to the log (the scripts' `2>&1 | tee -a`).
-        while chunk := proc.stdout.read1(65536):
-            for sink in (out, log):
-                sink.write(chunk)
-                sink.flush()
-        code = proc.wait()
-    return 128 - code if code < 0 else code
+    return run_logged(launch.command, env=env, cwd=root, log_path=f"{launch.ckpt_dir}/train.log",
+                      summary=launch.summary)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,10 +19,20 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from afm.launch_knobs import (
+    KnobError,
+    is_number,
+    is_posint,
+    is_uint,
+    parse_bool,
+    run_logged,
+    shell_status,
+    split_list,
+)
 
 STAGES = ("sft", "dpo")
 FINETUNING_TYPES = ("full", "freeze", "lora")
@@ -38,46 +48,8 @@ SWANLAB_FLAGS = (("SWANLAB_PROJECT", "swanlab_project"), ("SWANLAB_WORKSPACE", "
                  ("SWANLAB_LOG_DIR", "swanlab_logdir"))
 TORCHRUN_VARS = ("FORCE_TORCHRUN", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE")
 
-_NUMBER = re.compile(r"^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$")
-_UINT = re.compile(r"^[0-9]+$")
 _TAG = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-class KnobError(ValueError):
-    """A knob whose value cannot work; the message names it and says what it takes."""
-
-
-# ---- reading knobs the way the scripts always have -----------------------------------------------------------------
-def is_number(value: str) -> bool:
-    """A plain decimal number such as 1e-6, 0.1 or .5 (no sign)."""
-    return bool(_NUMBER.match(value))
-
-
-def is_uint(value: str) -> bool:
-    return bool(_UINT.match(value))
-
-
-def is_posint(value: str) -> bool:
-    return is_uint(value) and int(value) > 0
-
-
-def as_bool(name: str, value: str) -> bool:
-    """true/false from the spellings people type (1/0, yes/no, on/off, any case)."""
-    lowered = value.lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise KnobError(f"{name} must be true or false (got '{value}')")
-
-
-def split_list(value: str) -> list[str]:
-    """A comma-separated value split as bash's ``IFS=, read -a`` does: one trailing empty item is dropped."""
-    if not value:
-        return []
-    items = value.split(",")
-    return items[:-1] if items[-1] == "" else items
 
 
 def absolute(path: str, cwd: str) -> str:
@@ -206,10 +178,10 @@ class SftSettings:
         if dataset_dir != "ONLINE":
             dataset_dir = absolute(dataset_dir, cwd)
         # PACKING, IGNORE_OBSERVATION, SAVE_ONLY_MODEL and DRY_RUN are read in this order (the first bad one is named).
-        packing = as_bool("PACKING", knob("PACKING", "false"))
-        ignore_observation = as_bool("IGNORE_OBSERVATION", knob("IGNORE_OBSERVATION", "true"))
-        save_only_model = as_bool("SAVE_ONLY_MODEL", knob("SAVE_ONLY_MODEL", "true"))
-        dry_run = as_bool("DRY_RUN", knob("DRY_RUN", "0"))
+        packing = parse_bool("PACKING", knob("PACKING", "false"))
+        ignore_observation = parse_bool("IGNORE_OBSERVATION", knob("IGNORE_OBSERVATION", "true"))
+        save_only_model = parse_bool("SAVE_ONLY_MODEL", knob("SAVE_ONLY_MODEL", "true"))
+        dry_run = parse_bool("DRY_RUN", knob("DRY_RUN", "0"))
         return cls(
             stage=stage, script=script, root=root, cwd=cwd, model_path=model,
             output_dir=absolute(env["OUTPUT_DIR"], cwd) if env.get("OUTPUT_DIR") else f"{root}/{output_dir}",
@@ -459,7 +431,7 @@ def run(launch: Launch, settings: SftSettings, cwd: str) -> int:
     """Start the launch: the command's output goes to the terminal and is appended to the log."""
     env = dict(os.environ)
     if launch.mask_report:
-        return _status(subprocess.run(launch.command, env=env, cwd=cwd).returncode)
+        return shell_status(subprocess.run(launch.command, env=env, cwd=cwd).returncode)
     program = launch.command[0]
     if "/" in program:
         found = os.access(os.path.join(cwd, program), os.X_OK) and os.path.isfile(os.path.join(cwd, program))
@@ -478,27 +450,7 @@ def run(launch: Launch, settings: SftSettings, cwd: str) -> int:
     # settings (JSON) and fail on a plain name.
     env.pop("SWANLAB_PROJECT", None)
     os.makedirs(settings.output_dir, exist_ok=True)
-    header = f"[afm] ===== {time.strftime('%Y-%m-%d %H:%M:%S')} on {os.uname().nodename} =====\n{launch.summary}\n"
-    out = sys.stdout.buffer
-    with open(launch.log_path, "ab") as log:
-        for sink in (log, out):
-            sink.write(header.encode())
-            sink.flush()
-        out.write(f"[afm] log: {launch.log_path}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(launch.command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        assert proc.stdout is not None
-        # The command's output as it comes, to the terminal and to the log (the scripts' `2>&1 | tee -a`).
-        while chunk := proc.stdout.read1(65536):
-            for sink in (out, log):
-                sink.write(chunk)
-                sink.flush()
-        return _status(proc.wait())
-
-
-def _status(code: int) -> int:
-    """A child's exit status as the shell reports it (128 + N for a child killed by signal N)."""
-    return 128 - code if code < 0 else code
+    return run_logged(launch.command, env=env, cwd=cwd, log_path=launch.log_path, summary=launch.summary)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
