@@ -231,9 +231,10 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
     return {"samples": samples, "parquet": parquet, "report": report}
 
 
-# DAPO on CPU for the world: 4 prompts x 4 rollouts a step, the eval's turn and token limits.
+# DAPO on CPU for the world: 4 prompts x 4 rollouts a step, with the eval's turn and token limits (world_* specs).
 RL_KNOBS = {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4, "ROLLOUT_N": 4, "MAX_PROMPT_LENGTH": 192,
-            "MAX_RESPONSE_LENGTH": 1024, "MAX_TURNS": 6, "MAX_OBS_CHARS": 1024, "LR": 1e-5, "TEMPERATURE": 1.0}
+            "MAX_RESPONSE_LENGTH": WORLD_SAMPLING["max_response_tokens"], "MAX_TURNS": WORLD_SAMPLING["max_turns"],
+            "MAX_OBS_CHARS": 1024, "LR": 1e-5, "TEMPERATURE": 1.0}
 
 
 def train_rl(model: Path, parquet: Path, servers: Any, work: Path, *, steps: int = 12,

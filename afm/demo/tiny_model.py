@@ -17,11 +17,6 @@ from afm.testing.qwen_tokenizer import QWEN2_PATTERN
 
 logger = logging.getLogger(__name__)
 
-# A copy-friendly split for students trained from scratch (the miniature recipe): letter runs never take a leading
-# space or punctuation, so a name is the same tokens in a question (" Mira"), after a tag (">Mira") and in a quote
-# ('"Mira'). With Qwen2's split these differ, and a model without pretraining must learn every such pairing before it
-# can copy an entity it has never seen into a tool call or an answer. Digits stay single tokens.
-WORD_PATTERN = r"\p{L}+|\p{N}|[^\p{L}\p{N}]+"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # ChatML, as Qwen2.5 renders it (default system prompt when none is given).
 CHAT_TEMPLATE = (
@@ -39,10 +34,8 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int = 2048, pattern: str = QWEN2_PATTERN):
-    """Train a byte-level BPE on ``texts`` and save it as a transformers tokenizer in ``out_dir``.
-
-    ``pattern`` is the pre-tokenizer split: Qwen2's (default) or :data:`WORD_PATTERN`."""
+def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int = 2048):
+    """Train a Qwen2-style byte-level BPE on ``texts`` and save it as a transformers tokenizer in ``out_dir``."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -50,7 +43,7 @@ def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int =
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -91,14 +84,13 @@ def build_tiny_model(
     num_heads: int = 4,
     num_kv_heads: int = 2,
     seed: int = 0,
-    pattern: str = QWEN2_PATTERN,
 ) -> Path:
     """Write a random-init Qwen2ForCausalLM and its tokenizer to ``out_dir`` and return the path."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
-    train_tokenizer(texts, out, vocab_size=vocab_size, pattern=pattern)
+    train_tokenizer(texts, out, vocab_size=vocab_size)
     tokenizer = AutoTokenizer.from_pretrained(out)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
