@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--train-per-family", type=int, default=None, help="distilled train tasks per family")
     q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
     q.add_argument("--sft-epochs", type=float, default=None)
+    q.add_argument("--sft-batch-size", type=int, default=None, help="SFT batch size (default 16)")
     q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
         profile = profile_from_args(args.full, train_per_family=args.train_per_family,
                                     heldout_per_family=args.heldout_per_family, sft_epochs=args.sft_epochs,
-                                    rl_steps=args.rl_steps)
+                                    sft_batch_size=args.sft_batch_size, rl_steps=args.rl_steps)
         run(args.workdir, profile, seed=args.seed, rl=not args.no_rl)
         return 0
     if args.command == "validate":

@@ -37,6 +37,7 @@ class Profile:
     untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
     sft_epochs: float = 3.0
     sft_lr: float = 2e-3
+    sft_batch_size: int = 16
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
     rl_steps: int = 4
     rl_lr: float = 1e-5
@@ -122,7 +123,8 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         print(f"      kept {distilled['filter_report'].get('records_out')} SFT samples -> {data}", flush=True)
 
         model = build_student(work / "student", data, seed=seed)
-        schedule = SftSchedule(epochs=profile.sft_epochs, learning_rate=profile.sft_lr)
+        schedule = SftSchedule(epochs=profile.sft_epochs, batch_size=profile.sft_batch_size,
+                               learning_rate=profile.sft_lr)
         sft_yaml = work / "sft.yaml"
         sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed)))
         print("[3/8] observation masking report of the SFT set", flush=True)
@@ -150,7 +152,7 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         print("      SFT: " + _fmt(evaluate(sft, root, servers, runs["sft"])), flush=True)
         seconds["eval_sft"] = time.monotonic() - t
 
-        dapo = None
+        dapo, rl_skipped = None, ""
         if rl:
             print("[6/8] RL selection: the SFT policy samples each RL question "
                   f"{profile.rl_samples} times; afm data select drops the ones it always solves", flush=True)
@@ -159,6 +161,10 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
             seconds["rl_select"] = time.monotonic() - t
             print(f"      kept {sel['report'].get('kept')} of {sel['report'].get('questions')} questions "
                   f"(mean pass rate {sel['report'].get('mean_pass_rate', 0):.2f}) -> {sel['parquet']}", flush=True)
+            rl_skipped = why_no_rl(sel["report"])
+        if rl and rl_skipped:
+            print(f"[7/8] DAPO skipped: {rl_skipped}", flush=True)
+        elif rl:
             print(f"[7/8] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, hf rollout, afm_agent "
                   "loop, the same tools)", flush=True)
             t = time.monotonic()
@@ -179,14 +185,42 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
     summary["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
     summary["profile"] = asdict(profile)
     summary["sft_loss"] = curve
+    notes = [f"{k}: {v:.0f} s" for k, v in seconds.items()]
     if dapo is not None:
         summary["rl_reward"] = dapo.curve("critic/score/mean")
-    notes = [f"{k}: {v:.0f} s" for k, v in seconds.items()]
+    if rl_skipped:
+        summary["rl_skipped"] = rl_skipped
+        notes.append(f"RL skipped: {rl_skipped}")
     summary_path, report = write_report(summary, work, notes=notes)
     print(table(summary))
     print(f"\nDone in {seconds['total']:.0f}s. {summary_path}, {report}, {work / 'summary.png'}; eval runs in "
           f"{work / 'eval'} (afm eval report {work / 'eval' / 'sft'} ...)", flush=True)
     return summary
+
+
+def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) -> str:
+    """Why DAPO cannot learn from the selected RL set ("" when it can).
+
+    With DAPO's group filter on (``FILTER_GROUPS``, the default), only groups whose answers differ carry a gradient,
+    and verl 0.9.1's replay buffer refills filtered groups without a cap (``MAX_NUM_GEN_BATCHES`` is not read): a
+    policy that never solves (or always solves) every selected question would sample forever. The selection's
+    samples show it beforehand: some question must be solved in some but not all of its samples.
+    """
+    import os
+
+    env = os.environ if env is None else env
+    if str(env.get("FILTER_GROUPS", "true")).lower() in ("false", "0", "no", "off"):
+        return ""
+    counts = select_report.get("solved_count_histogram") or {}
+    mixed = 0
+    for key, count in counts.items():
+        solved, _, n = str(key).partition("/")
+        if solved.isdigit() and n.isdigit() and 0 < int(solved) < int(n):
+            mixed += int(count)
+    if mixed or not counts:
+        return ""
+    return (f"the SFT policy solved each kept RL question in all or none of its samples ({dict(counts)}): DAPO's "
+            "group filter would drop every group (set FILTER_GROUPS=false to train on them anyway)")
 
 
 def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
