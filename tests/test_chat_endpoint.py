@@ -101,7 +101,7 @@ def test_teacher_roles_take_flat_endpoint_keys_and_the_older_retry_name(tmp_path
     assert (verifier.model, verifier.retries, verifier.base_url) == ("big", 0, "http://t/v1")
     with pytest.raises(ValueError, match=r"default: unknown keys \['api_key'\]"):
         teacher_config_from_dict({"default": {"api_key": "sk-in-a-file"}})
-    with pytest.raises(ValueError, match="roles.planner: invalid ChatEndpoint values: retries=-1"):
+    with pytest.raises(ValueError, match=r"roles\.planner: invalid ChatEndpoint values: retries=-1"):
         teacher_config_from_dict({"roles": {"planner": {"retries": -1}}})
     shipped = load_teacher_config("configs/data/teacher.yaml").default.endpoint
     assert (shipped.timeout_s, shipped.retries) == (180.0, 4)

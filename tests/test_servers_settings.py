@@ -43,7 +43,7 @@ def test_environment_sh_states_the_ports_and_is_read_when_they_are_unset(no_port
 
 def test_a_port_without_variable_or_environment_sh_must_be_given(tmp_path, monkeypatch, no_port_env):
     missing = tmp_path / "environment.sh"
-    with pytest.raises(ValueError, match="WEBSEARCH_PORT is not set and there is no environment.sh default"):
+    with pytest.raises(ValueError, match=r"WEBSEARCH_PORT is not set and there is no environment\.sh default"):
         port("WEBSEARCH_PORT", path=missing)
     assert port("WEBSEARCH_PORT", {"WEBSEARCH_PORT": "7"}, path=missing) == 7
     with pytest.raises(ValueError, match="WEBSEARCH_PORT='nine': expected a port number"):
@@ -80,7 +80,7 @@ def test_env_reader_treats_unset_and_empty_alike_and_names_bad_variables():
 def test_every_server_reports_a_bad_variable_by_name(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="WIKI_TOPK='three': expected an integer"):
         WikiSettings.from_env({"WIKI_TOPK": "three"})
-    with pytest.raises(ValueError, match="WEB_SEARCH_SERPER_RETRIES='2.5': expected an integer"):
+    with pytest.raises(ValueError, match=r"WEB_SEARCH_SERPER_RETRIES='2\.5': expected an integer"):
         SearchSettings.from_env({"WEB_SEARCH_SERPER_RETRIES": "2.5"})
     with pytest.raises(ValueError, match="WEB_SEARCH_BACKEND='bing': expected one of auto, serper, local"):
         SearchSettings.from_env({"WEB_SEARCH_BACKEND": "bing"})

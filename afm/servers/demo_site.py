@@ -22,6 +22,7 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="JSON list of extra pages {slug, title, paragraphs} to serve (e.g. afm.demo.world's towns)")
     args = p.parse_args(argv)
     if args.documents:
-        add_documents(json.loads(open(args.documents, encoding="utf-8").read()))
+        add_documents(json.loads(Path(args.documents).read_text(encoding="utf-8")))
     server = make_server(args.host, args.port)
     try:
         server.serve_forever()

@@ -181,7 +181,7 @@ def test_patches_refuse_a_changed_verl():
         def __init__(self, trainer_mode, poll_interval: float = 1.0):
             self.poll_interval = poll_interval
 
-    with pytest.raises(RuntimeError, match="poll_interval=2.0"):
+    with pytest.raises(RuntimeError, match=r"poll_interval=2\.0"):
         patches.patch_replay_poll_interval(types.SimpleNamespace(ReplayBuffer=ReplayBuffer))
 
 
