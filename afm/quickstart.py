@@ -35,12 +35,12 @@ class Profile:
     rl_per_family: int = 8
     heldout_per_family: int = 25
     untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
-    sft_epochs: float = 3.0
+    sft_epochs: float = 4.0
     sft_lr: float = 2e-3
     sft_batch_size: int = 16
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
     rl_steps: int = 4
-    rl_lr: float = 1e-5
+    rl_lr: float = 1e-4  # the --local profile's LR (experiments/local.sh); 1e-5 left every greedy answer unchanged
 
 
 DEFAULT = Profile()
