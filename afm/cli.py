@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quickstart", help="the recipe in miniature: distill -> masked SFT -> DAPO -> eval, on CPU")
     q.add_argument("--workdir", default="runs/quickstart")
-    q.add_argument("--full", action="store_true", help="3x the train data, 30 DAPO steps (about 30 min; gains not yet measured)")
+    q.add_argument("--full", action="store_true", help="3x the train data, 30 DAPO steps (about 22 min on 2 cores; see benchmarks/RESULTS.md)")
     q.add_argument("--train-per-family", type=int, default=None, help="distilled train tasks per family")
     q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
     q.add_argument("--sft-epochs", type=float, default=None)
