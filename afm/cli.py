@@ -96,11 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quickstart", help="the recipe in miniature: distill -> masked SFT -> DAPO -> eval, on CPU")
     q.add_argument("--workdir", default="runs/quickstart")
-    q.add_argument("--full", action="store_true", help="3x the train data, 30 DAPO steps (about 22 min on 2 cores; see benchmarks/RESULTS.md)")
+    q.add_argument("--full", action="store_true", help="3x the train data, a 4-layer student, 30 DAPO steps (about 30 min on 2 cores; benchmarks/RESULTS.md)")
     q.add_argument("--train-per-family", type=int, default=None, help="distilled train tasks per family")
     q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
     q.add_argument("--sft-epochs", type=float, default=None)
     q.add_argument("--sft-batch-size", type=int, default=None, help="SFT batch size (default 16)")
+    q.add_argument("--student-layers", type=int, default=None, help="layers of the tiny student (default 2, --full 4)")
     q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
         profile = profile_from_args(args.full, train_per_family=args.train_per_family,
                                     heldout_per_family=args.heldout_per_family, sft_epochs=args.sft_epochs,
-                                    sft_batch_size=args.sft_batch_size, rl_steps=args.rl_steps)
+                                    sft_batch_size=args.sft_batch_size, student_layers=args.student_layers,
+                                    rl_steps=args.rl_steps)
         run(args.workdir, profile, seed=args.seed, rl=not args.no_rl)
         return 0
     if args.command == "validate":

@@ -38,6 +38,7 @@ class Profile:
     sft_epochs: float = 4.0
     sft_lr: float = 2e-3
     sft_batch_size: int = 16
+    student_layers: int = 2  # 2 copy digits sooner; 4 copy names better given ~1000+ steps (RESULTS.md)
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
     rl_steps: int = 4
     rl_lr: float = 1e-4  # the --local profile's LR (experiments/local.sh); 1e-5 left every greedy answer unchanged
@@ -45,7 +46,7 @@ class Profile:
 
 DEFAULT = Profile()
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
-               rl_steps=30)
+               rl_steps=30, student_layers=4)
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -91,6 +92,7 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
     """Run the miniature recipe in ``workdir``; returns the summary (also written to ``summary.json``)."""
     from afm.demo.agent_demo import DemoServers
     from afm.demo.recipe import (
+        ModelSize,
         SftSchedule,
         build_student,
         distill_sft_data,
@@ -122,7 +124,7 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         data = distilled["data"]
         print(f"      kept {distilled['filter_report'].get('records_out')} SFT samples -> {data}", flush=True)
 
-        model = build_student(work / "student", data, seed=seed)
+        model = build_student(work / "student", data, ModelSize(num_layers=profile.student_layers), seed=seed)
         schedule = SftSchedule(epochs=profile.sft_epochs, batch_size=profile.sft_batch_size,
                                learning_rate=profile.sft_lr)
         sft_yaml = work / "sft.yaml"

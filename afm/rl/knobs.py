@@ -524,7 +524,11 @@ def prepare_local(python: str, workdir: str, knobs: Knobs) -> None:
              and os.path.isfile(f"{workdir}/toy_policy/afm_toy_policy.json"))
     if wanted and not built:
         print(f"[afm] --local: building the toy task and policy in {workdir}", flush=True)
-        if subprocess.run([python, "-m", "afm.rl.local.toy", workdir], stdout=subprocess.DEVNULL).returncode != 0:
+        # one thread, as the CPU trainer's workers get (run()): two OpenMP threads next to a busy core spin-wait,
+        # and this seconds-long build took minutes beside another job
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or "1"}
+        if subprocess.run([python, "-m", "afm.rl.local.toy", workdir], stdout=subprocess.DEVNULL,
+                          env=env).returncode != 0:
             raise KnobError("could not build the toy task")
 
 

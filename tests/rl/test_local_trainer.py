@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -159,7 +160,8 @@ def test_rewards_are_compute_scores_and_groups_are_filtered(run):
     assert {d["step"] for d in dumps} >= {2}, "verl wrote no rollout dump"
     exact = 0
     for d in dumps:
-        ours = compute_score(DATA_SOURCE, d["output"], d["gts"])["score"]
+        result = compute_score(DATA_SOURCE, d["output"], d["gts"])
+        ours, d["_acc"] = result["score"], result["acc"]
         # dapo's overlong penalty (factor 1.0) applies past 128 - 16 response tokens and only lowers the reward;
         # below that the reward is ours alone. Re-encoding the text may not give the sampled token count, hence 100.
         assert ours - 1.0 - 1e-6 <= d["score"] <= ours + 1e-6, d["output"]
@@ -173,11 +175,12 @@ def test_rewards_are_compute_scores_and_groups_are_filtered(run):
     assert min(scores) < 0.5 < max(scores)
     metrics = _steps(log1) + _steps(log2)
     assert all(float(m["actor/pg_loss"]) != 0 for m in metrics)  # the kept groups carry signal
-    # DAPO's filter: every kept group has mixed answers; the WRONG questions (always all-0) were generated and
-    # dropped: none reaches the trainer.
+    # DAPO's filter (FILTER_METRIC=acc): every kept group has mixed answers (acc, not the score: an overlong right
+    # answer scores below 0.5); the WRONG questions (always all-0) were generated and dropped: none reaches the
+    # trainer.
     groups: dict[tuple[int, str], list[bool]] = {}
     for d in dumps:
-        groups.setdefault((d["step"], d["uid"].rsplit("_", 2)[0]), []).append(d["score"] > 0.5)
+        groups.setdefault((d["step"], d["uid"].rsplit("_", 2)[0]), []).append(d["_acc"] > 0.5)
     assert groups and all(len(set(v)) == 2 for v in groups.values())
     generated = [tok.decode(r["prompt_ids"]) for r in _traces(work, "afm_agent")]
     assert any("WRONG" in p for p in generated)
@@ -216,11 +219,14 @@ def test_weights_move_and_reach_the_rollout(run):
     assert abs(logprob(steps[2]) - logprob(start)) > 1e-3
 
 
-def test_one_step_off_policy_async_trainer(tmp_path):
+def test_one_step_off_policy_async_trainer(tmp_path, run):
     """TRAINER_MODE=colocate_async (verl's one-step off-policy trainer) with the same local backend: 2 steps, the
     second trained partly on samples generated before the first update, and every push reaches the rollout."""
     work = tmp_path
     os.chmod(work, 0o755)
+    # the toy task and the starting policy of the synchronous runs (built once: --local keeps what it finds)
+    shutil.copytree(run[0] / "toy", work / "toy")
+    assert (work / "toy" / "toy_policy" / "afm_toy_policy.json").exists()
     env = _env(work)
     env.update(TRAINER_MODE="colocate_async", SAVE_FREQ="-1", SAVE_HF_MODEL="false")
     log = work / "async.log"
