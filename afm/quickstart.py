@@ -210,8 +210,11 @@ def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) 
     """
     import os
 
+    # the spellings the RL scripts accept (afm.rl.knobs reads FILTER_GROUPS with it too)
+    from afm.launch_knobs import parse_bool
+
     env = os.environ if env is None else env
-    if str(env.get("FILTER_GROUPS", "true")).lower() in ("false", "0", "no", "off"):
+    if not parse_bool("FILTER_GROUPS", str(env.get("FILTER_GROUPS") or "true")):
         return ""
     counts = select_report.get("solved_count_histogram") or {}
     mixed = 0
