@@ -17,9 +17,10 @@
 # filter_groups.metric=acc: our compute_score returns `acc` (the answer alone, 0/1) next to `score` (acc after the
 # format rule and penalties). Filtering on acc keeps a group whose answers differ even when every score carries
 # an overlong penalty; filtering on score would keep groups that differ only in length penalty.
-# max_num_gen_batches is passed for readers of the DAPO paper but the built-in V1 ReplayBuffer ignores it (it logs
-# a warning); the bound that applies is max_inflight_gen_batches (prompt batches of data.train_batch_size that
-# may be generating at once while filtered groups are refilled).
+# max_num_gen_batches: verl 0.9.1's V1 ReplayBuffer no longer reads it and refills filtered groups forever; afm's
+# patch (afm/rl/local/patches.py, applied by the verl plugin on every device) stops a step that has filtered
+# max_num_gen_batches x data.train_batch_size groups with an error, as the DAPO paper's trainer did (0 = no cap).
+# max_inflight_gen_batches bounds the prompt batches generating at once while filtered groups are refilled.
 
 # afm_dapo_overrides: print the DAPO overrides, one per line. Reads FILTER_GROUPS, FILTER_METRIC,
 # MAX_INFLIGHT_GEN_BATCHES, MAX_NUM_GEN_BATCHES, CLIP_RATIO_LOW, CLIP_RATIO_HIGH, CLIP_RATIO_C, LOSS_AGG_MODE

@@ -1,5 +1,5 @@
 """The local RL backend's parts, without Ray: the hf engine's sampling semantics, weight loading, the verl plugin's
-registrations and the two patches (which must fail loudly if verl changes under them)."""
+registrations and the patches (which must fail loudly if verl changes under them)."""
 
 from __future__ import annotations
 
@@ -197,6 +197,12 @@ class _ReplayBufferShape:
 
         time.sleep(self.poll_interval)
 
+    def _evict_terminal_groups(self, global_steps, partition_id, eviction_reasons):
+        return set(), 0, 0, {}
+
+    def sample(self, global_steps, partition_id, batch_size):  # no refill credit: not verl 0.9.1's loop
+        return None, {}
+
 
 def test_replay_poll_patch(monkeypatch):
     from verl.trainer.ppo.v1 import replay_buffer
@@ -210,3 +216,109 @@ def test_replay_poll_patch(monkeypatch):
     assert _ReplayBufferShape(*args).poll_interval == 0.05
     assert _ReplayBufferShape(*args, poll_interval=1.5).poll_interval == 1.5  # an explicit value wins
     assert _ReplayBufferShape(*args, 3.0).poll_interval == 3.0
+
+
+class _FakeTransferQueue:
+    """The three TransferQueue calls the sync ReplayBuffer makes, over a dict: groups of ``n`` trajectories whose
+    ``acc`` is the same within a group (what a policy that always or never solves its prompts produces)."""
+
+    def __init__(self, n: int = 2) -> None:
+        self.items: dict[str, dict] = {}
+        self.n, self.made = n, 0
+
+    def add_groups(self, count: int, acc: float = 1.0) -> None:
+        for _ in range(count):
+            uid = f"p{self.made}"
+            self.made += 1
+            self.items[uid] = {"is_prompt": True, "global_steps": 1, "status": "finished"}
+            for i in range(self.n):
+                self.items[f"{uid}_{i}"] = {"acc": acc}
+
+    def kv_list(self):
+        return {"train": {k: dict(v) for k, v in self.items.items()}}
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return {"extra_fields": [{"reward_extra_info": {"acc": self.items[k]["acc"]}} for k in keys]}
+
+    def kv_clear(self, partition_id, keys):
+        for k in keys:
+            self.items.pop(k, None)
+
+
+def _sync_buffer(monkeypatch, cap: int | None):
+    from verl.trainer.ppo.v1 import replay_buffer
+
+    fake = _FakeTransferQueue()
+    monkeypatch.setattr(replay_buffer, "tq", fake)
+    buffer = replay_buffer.ReplayBuffer("sync", {}, None, "drop", {}, poll_interval=0.0, refill_fn=fake.add_groups,
+                                        filter_groups_metric="acc", train_batch_size=2, gen_batch_size=1,
+                                        max_inflight_gen_batches=2)
+    if cap is not None:
+        setattr(buffer, patches.REFILL_CAP_ATTR, cap)
+    return fake, buffer
+
+
+def test_dapo_refills_stop_at_max_num_gen_batches(monkeypatch):
+    """verl's own sync sampling loop, with groups that never carry a gradient: it refills forever unpatched; with
+    max_num_gen_batches=3 and 2 prompts a step it stops after 6 filtered groups, saying what to change."""
+    from verl.trainer.ppo.v1 import replay_buffer
+
+    assert replay_buffer.ReplayBuffer._evict_terminal_groups.__afm_patched__  # applied here by the plugin
+    fake, buffer = _sync_buffer(monkeypatch, cap=3)
+    fake.add_groups(2)
+    with pytest.raises(patches.TooManyFilteredGroups, match=r"max_num_gen_batches=3 x data.train_batch_size=2"):
+        buffer.sample(global_steps=1, partition_id="train", batch_size=2)
+    assert 6 <= fake.made <= 6 + 2 * 2  # the cap, plus at most the refills already in flight
+
+    # a mixed group (one right, one wrong) carries a gradient: sampling returns as verl's does
+    fake, buffer = _sync_buffer(monkeypatch, cap=3)
+    fake.add_groups(1, acc=1.0)
+    fake.items["p0_1"]["acc"] = 0.0
+    fake.add_groups(1, acc=1.0)
+    fake.items["p1_0"]["acc"] = 0.0
+    batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=2)
+    assert len(batch.keys) == 4 and fake.made == 2  # both groups' trajectories, no refill
+
+
+class _TrainerShape:
+    """verl 0.9.1's PPOTrainer._build_replay_buffer, reduced to what the patch relies on."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    def _build_replay_buffer(self):
+        filter_groups = self.config.algorithm.get("filter_groups", None)  # noqa: F841 - the patch checks the name
+        return types.SimpleNamespace()
+
+
+def test_trainer_gives_the_buffer_max_num_gen_batches():
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1 import trainer_base
+
+    assert trainer_base.PPOTrainer._build_replay_buffer.__afm_patched__  # applied here by the plugin
+    patches.patch_build_replay_buffer(types.SimpleNamespace(PPOTrainer=_TrainerShape))
+    on = OmegaConf.create({"algorithm": {"filter_groups": {"enable": True, "max_num_gen_batches": 10}}})
+    off = OmegaConf.create({"algorithm": {"filter_groups": {"enable": False, "max_num_gen_batches": 10}}})
+    assert getattr(_TrainerShape(on)._build_replay_buffer(), patches.REFILL_CAP_ATTR) == 10
+    assert not hasattr(_TrainerShape(off)._build_replay_buffer(), patches.REFILL_CAP_ATTR)
+    with pytest.raises(RuntimeError, match="verl changed under the patch"):
+        patches.patch_replay_refill_cap(types.SimpleNamespace(ReplayBuffer=_ReplayBufferShape))
+
+
+def test_dapo_refill_cap_zero_keeps_verl_behaviour(monkeypatch):
+    """MAX_NUM_GEN_BATCHES=0 (or a buffer the trainer did not configure): refills go on past any cap."""
+    for cap in (0, None):
+        fake, buffer = _sync_buffer(monkeypatch, cap=cap)
+        fake.add_groups(2)
+        real_add = fake.add_groups
+
+        def add(count, real_add=real_add, fake=fake):
+            # after 40 filtered groups (far past any cap) a refill finally brings two mixed groups
+            real_add(count)
+            if fake.made > 40:
+                for uid in [k for k, v in fake.items.items() if v.get("is_prompt")][-2:]:
+                    fake.items[f"{uid}_0"]["acc"] = 0.0
+
+        buffer.refill_fn = add
+        batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=2)
+        assert fake.made > 40 and len(batch.keys) == 4

@@ -1,4 +1,4 @@
-"""The two places where verl 0.9.1 has no extension point for the local backend, patched at import time.
+"""The places where verl 0.9.1 has no extension point for what afm needs, patched at import time.
 
 Each patch names the verl line it works around, checks that the code it wraps still looks as expected (so a verl
 upgrade that changes it fails loudly instead of running unpatched), and is applied by :mod:`afm.rl.local.plugin`
@@ -27,6 +27,15 @@ PROCESS_GROUP_SOURCE_MARK = 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}
 # (trainer_base.py:155-186). With the local rollout a whole step takes well under a second, so every step waited
 # ~2 s for nothing. AFM_VERL_POLL_S (set by experiments/common.sh, default 0.02) replaces the default.
 REPLAY_POLL_ENV = "AFM_VERL_POLL_S"
+
+# verl/trainer/ppo/v1/replay_buffer.py:442-488 (0.9.1): with DAPO's group filter on, the sync ReplayBuffer refills
+# every filtered group (all answers right, or all wrong) and loops until a batch's worth of groups carries a gradient.
+# algorithm.filter_groups.max_num_gen_batches, the DAPO paper's cap that verl's earlier DAPO trainer enforced, is not
+# read any more (config/algorithm.py:52 documents it), so a policy that solves every prompt always or never samples
+# forever without a word. afm reads the cap again: a step that has filtered max_num_gen_batches x train_batch_size
+# groups stops the run with an error that says what to change. 0 or less keeps verl's endless refills.
+REFILL_CAP_ATTR = "afm_max_num_gen_batches"
+REFILL_SOURCE_MARK = "refill_credit += 2 * dapo_count"
 
 
 def _check_source(fn: Any, mark: str, where: str) -> None:
@@ -87,3 +96,64 @@ def patch_replay_poll_interval(module: ModuleType) -> None:
 
     __init__.__afm_patched__ = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
+
+
+class TooManyFilteredGroups(RuntimeError):
+    """DAPO's group filter dropped ``max_num_gen_batches`` batches' worth of groups in one step."""
+
+
+def patch_replay_refill_cap(module: ModuleType) -> None:
+    """Make verl's sync ``ReplayBuffer`` stop after ``max_num_gen_batches`` batches of filtered groups in a step.
+
+    The cap is set on the buffer by :func:`patch_build_replay_buffer` (``afm_max_num_gen_batches``); a buffer built
+    without it (a custom sampler, a test) keeps verl's behaviour.
+    """
+    cls = module.ReplayBuffer
+    original = cls._evict_terminal_groups
+    if getattr(original, "__afm_patched__", False):
+        return
+    _check_source(cls.sample, REFILL_SOURCE_MARK, "verl.trainer.ppo.v1.replay_buffer.ReplayBuffer.sample")
+
+    @functools.wraps(original)
+    def _evict_terminal_groups(self: Any, global_steps: int, partition_id: str, eviction_reasons: Any) -> Any:
+        out = original(self, global_steps, partition_id, eviction_reasons)
+        cap, batch = int(getattr(self, REFILL_CAP_ATTR, 0) or 0), int(getattr(self, "train_batch_size", 0) or 0)
+        if partition_id == "val" or cap <= 0 or batch <= 0:
+            return out
+        counts = self.__dict__.setdefault("_afm_filtered_groups", {})
+        key = (partition_id, global_steps)
+        if key not in counts:
+            counts.clear()
+            counts[key] = 0
+        counts[key] += int(out[2])
+        if counts[key] >= cap * batch:
+            raise TooManyFilteredGroups(
+                f"DAPO's group filter dropped {counts[key]} groups in step {global_steps} "
+                f"(algorithm.filter_groups.max_num_gen_batches={cap} x data.train_batch_size={batch}): every "
+                "rollout group of the policy got the same answer score, so no batch carries a gradient. The data is "
+                "too hard or too easy for this policy: select it with `afm data select` from the policy's pass "
+                "rates, or set FILTER_GROUPS=false, or MAX_NUM_GEN_BATCHES=0 to refill without a cap (verl's default)")
+        return out
+
+    _evict_terminal_groups.__afm_patched__ = True  # type: ignore[attr-defined]
+    cls._evict_terminal_groups = _evict_terminal_groups
+
+
+def patch_build_replay_buffer(module: ModuleType) -> None:
+    """Give the trainer's replay buffer the ``algorithm.filter_groups.max_num_gen_batches`` cap (when filtering)."""
+    cls = module.PPOTrainer
+    original = cls._build_replay_buffer
+    if getattr(original, "__afm_patched__", False):
+        return
+    _check_source(original, "filter_groups", "verl.trainer.ppo.v1.trainer_base.PPOTrainer._build_replay_buffer")
+
+    @functools.wraps(original)
+    def _build_replay_buffer(self: Any) -> Any:
+        buffer = original(self)
+        groups = self.config.algorithm.get("filter_groups", None)
+        if groups is not None and groups.get("enable", False):
+            setattr(buffer, REFILL_CAP_ATTR, int(groups.get("max_num_gen_batches", 0) or 0))
+        return buffer
+
+    _build_replay_buffer.__afm_patched__ = True  # type: ignore[attr-defined]
+    cls._build_replay_buffer = _build_replay_buffer

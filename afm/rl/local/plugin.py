@@ -10,7 +10,8 @@ Importing this module:
 * on the cpu platform, picks verl's FSDP training engine for the CPU (``VERL_ENGINE_DEVICE=cuda``: verl registers
   its FSDP engines for cuda/npu only, ``workers/engine/fsdp/transformer_impl.py:1143``; the engine code itself is
   device-neutral and asks the platform for the device);
-* applies the two patches of :mod:`afm.rl.local.patches` when their modules load.
+* applies the patches of :mod:`afm.rl.local.patches` when their modules load (the cpu process group backend,
+  the replay buffer's poll interval, DAPO's cap on refills of filtered groups).
 
 verl swallows exceptions raised by plugins (logging them at debug level), so this module logs its own failure as a
 warning before re-raising.
@@ -47,6 +48,8 @@ def activate() -> None:
     when_imported("verl.workers.rollout.base", _register_adapter)
     when_imported("verl.utils.distributed", patches.patch_process_group_backend)
     when_imported("verl.trainer.ppo.v1.replay_buffer", patches.patch_replay_poll_interval)
+    when_imported("verl.trainer.ppo.v1.replay_buffer", patches.patch_replay_refill_cap)
+    when_imported("verl.trainer.ppo.v1.trainer_base", patches.patch_build_replay_buffer)
     if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
         os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 
