@@ -203,10 +203,10 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
 def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) -> str:
     """Why DAPO cannot learn from the selected RL set ("" when it can).
 
-    With DAPO's group filter on (``FILTER_GROUPS``, the default), only groups whose answers differ carry a gradient,
-    and verl 0.9.1's replay buffer refills filtered groups without a cap (``MAX_NUM_GEN_BATCHES`` is not read): a
-    policy that never solves (or always solves) every selected question would sample forever. The selection's
-    samples show it beforehand: some question must be solved in some but not all of its samples.
+    With DAPO's group filter on (``FILTER_GROUPS``, the default), only groups whose answers differ carry a gradient:
+    a policy that never solves (or always solves) every selected question would refill filtered groups until afm's
+    cap (``MAX_NUM_GEN_BATCHES`` batches, :mod:`afm.rl.local.patches`) stops the run with an error, minutes later.
+    The selection's samples show it beforehand: some question must be solved in some but not all of its samples.
     """
     import os
 

@@ -339,3 +339,42 @@ def test_the_default_loop_does_not_read_that_protocol(llm, tok):
     traj, reqs, search = _run_loop(llm, tok, AgentLoop, JSON_REPLIES)
     assert reqs[0]["body"]["stop"] == ["</web_search>", "</answer>"]
     assert search.calls == [] and traj.finish_reason == "eos"
+
+
+class _Scripted:
+    """A backend that samples given texts as the tokenizer encodes them (so a call ends in the ``>\\n\\n`` token a
+    model trained on ``</web_search>\\n\\n<observation>`` samples)."""
+
+    def __init__(self, tok: TokenizerAdapter, texts: list[str]) -> None:
+        self.tok, self.texts = tok, list(texts)
+
+    async def generate(self, prompt_ids, sampling) -> Generation:
+        text = self.texts.pop(0)
+        ids = self.tok.encode(text)
+        stop = next((s for s in sampling.stop if s in text), None)
+        return Generation(ids, "stop" if stop else "eos", text, stop_str=stop)
+
+
+def test_observation_joins_the_newlines_the_model_sampled(tok):
+    """The context reads as the SFT data does (one blank line before <observation>) whether or not the model's last
+    token carried the newlines."""
+    from afm.agent.loop import after_model_text
+
+    obs = format_observation("x")
+    assert after_model_text("<code>1</code>", obs) == obs
+    assert after_model_text("<code>1</code>\n\n", obs) == obs[2:]
+    assert after_model_text("<code>1</code>\n", obs) == obs[1:]
+    assert after_model_text("</code>\n\n\n", obs) == obs[2:]
+
+    cfg = AgentConfig(tools=("web_search",), sampling=SamplingParams(temperature=0), max_turns=4)
+    for call in ("<web_search> a</web_search>", "<web_search> b</web_search>\n\n"):
+        backend = _Scripted(tok, [call, "<answer> done</answer>"])
+        search = EchoSearch()
+        prompt = tok.chat_prompt_ids([{"role": "user", "content": "q?"}])
+        traj = asyncio.run(run_trajectory(backend, tok, ToolRunner({"web_search": search}, cfg), cfg, prompt))
+        body = call.strip().removeprefix("<web_search> ").removesuffix("</web_search>")
+        assert traj.response_text() == (f"<web_search> {body}</web_search>\n\n<observation>\nresult for {body}\n"
+                                        "</observation>\n\n<answer> done</answer>")
+        obs = traj.segments[1]
+        assert obs.kind == "observation" and tok.decode(obs.ids) == obs.text
+        assert traj.context_ids() == prompt + traj.segments[0].ids + obs.ids + traj.segments[2].ids

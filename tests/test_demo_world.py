@@ -31,6 +31,21 @@ def test_world_is_seeded_and_splits_are_disjoint():
     assert get_prompt(PROMPT.key) is PROMPT  # the key resolves to the object (records and eval name it)
 
 
+def test_entities_are_numbered_apart_from_years_and_populations():
+    """Towns and citizens carry numbers (the copy skill a tiny student learns), never one that reads as a founding
+    year or a population, and each number names one entity."""
+    import re
+
+    world = build_world(5, {"train": 40, "rl": 5, "heldout": 5})
+    names = [t.name for t in world.all_towns()] + [p.name for p in world.all_people()]
+    assert all(re.fullmatch(r"(Town|Citizen) \d{4}", n) for n in names)
+    numbers = [int(n.split()[1]) for n in names]
+    assert len(set(numbers)) == len(numbers) and min(numbers) >= 2100
+    assert all(1200 <= t.founded < 1990 and 10000 <= t.population < 100000 for t in world.all_towns())
+    assert world.town("town " + names[0].split()[1]) == world.all_towns()[0]
+    assert world.site_documents()[0]["slug"] == names[0].lower().replace(" ", "-")
+
+
 def test_every_gold_scores_one_and_a_wrong_answer_zero():
     world = build_world(0, SMALL)
     for task in world.tasks["heldout"]:
@@ -61,11 +76,13 @@ def test_teacher_endpoint_answers_openai_chat_requests():
 
 def test_solver_reads_facts_from_observations_only():
     s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
-    q = "In which country was Alma Torvel born?"
-    history = ("<wiki_search>Alma Torvel</wiki_search>\n\n<observation>\nDoc 1 (Title: \"Alma Torvel\")\n"
-               "Alma Torvel was a poet born in Varnok.\n</observation>\n\n<wiki_search>Varnok</wiki_search>\n\n"
-               "<observation>\nDoc 1 (Title: \"Varnok\")\nVarnok is a town in Keldria, founded in 1843.\n"
+    q = "In which country was Citizen 3315 born?"
+    history = ("<wiki_search>Citizen 3315</wiki_search>\n\n<observation>\nDoc 1 (Title: \"Citizen 3315\")\n"
+               "Citizen 3315 was a poet born in Town 4821.\n</observation>\n\n<wiki_search>Town 4821</wiki_search>\n\n"
+               "<observation>\nDoc 1 (Title: \"Town 4821\")\nTown 4821 is a town in Keldria, founded in 1843.\n"
                "</observation>")
+    assert "<argument>Town 4821</argument>" in s.tool_agent("wiki_search", q, history.split("<wiki_search>Town")[0],
+                                                             "find the country of that town")
     assert "<answer>Keldria</answer>" in s.answerer(q, history)
     assert "<answer>unknown</answer>" in s.answerer(q, "(nothing yet)")
     # the verifier recomputes arithmetic from the question, so a copying slip in the program is caught

@@ -2,7 +2,8 @@
 
 Token-in-token-out: the context of every turn is ``prompt_ids`` + the ids sampled so far + the ids of the
 observations inserted so far; sampled ids are never re-encoded from text. Observations are encoded once, from
-``\\n\\n<observation>\\n…\\n</observation>\\n\\n``, and carry loss mask 0.
+``\\n\\n<observation>\\n…\\n</observation>\\n\\n`` less the leading newlines the model's last token already
+wrote (:func:`after_model_text`), and carry loss mask 0.
 """
 
 from __future__ import annotations
@@ -248,7 +249,7 @@ class AgentLoop:
             return reason
         obs, rec = await self._call_tool(state, gen, text)
         obs, truncated = truncate_text(self.on_observation(rec, obs), config.max_observation_chars)
-        obs_ids, obs_text, shrunk = self._fit_observation(obs, state.room(config) - config.min_turn_tokens)
+        obs_ids, obs_text, shrunk = self._fit_observation(obs, state.room(config) - config.min_turn_tokens, text)
         rec.truncated = truncated or shrunk
         rec.observation_chars = len(obs_text)
         rec.observation_tokens = len(obs_ids) if obs_ids is not None else 0
@@ -273,25 +274,43 @@ class AgentLoop:
         rec.turn = traj.turns
         return obs, rec
 
-    def _fit_observation(self, content: str, room: int) -> tuple[list[int] | None, str, bool]:
-        """Encode the observation in at most ``room`` tokens, shrinking its content, or give up (None)."""
+    def _fit_observation(self, content: str, room: int, before: str = "") -> tuple[list[int] | None, str, bool]:
+        """Encode the observation in at most ``room`` tokens, shrinking its content, or give up (None). ``before``
+        is the model text it follows (see :func:`after_model_text`)."""
         tokenizer = self.tokenizer
-        text = self.format_observation(content)
+
+        def framed(body: str) -> str:
+            return after_model_text(before, self.format_observation(body))
+
+        text = framed(content)
         ids = tokenizer.encode(text)
         if len(ids) <= room:
             return ids, text, False
-        shell = len(tokenizer.encode(self.format_observation("")))
+        shell = len(tokenizer.encode(framed("")))
         if room - shell < 8:
             return None, text, True
         limit = len(content)
         for _ in range(8):
             limit = max(1, int(limit * (room - shell) / max(1, len(ids) - shell) * 0.9))
             short, _ = truncate_text(content, limit)
-            text = self.format_observation(short)
+            text = framed(short)
             ids = tokenizer.encode(text)
             if len(ids) <= room:
                 return ids, text, True
         return None, text, True
+
+
+def after_model_text(model_text: str, observation: str) -> str:
+    """``observation`` without the leading newlines the model already wrote.
+
+    Qwen-style tokenizers merge ``>`` with the newlines after it, so a model trained on ``</code>\n\n<observation>``
+    samples the token ``>\n\n`` and stops there. Appending the environment's ``\n\n<observation>`` as is would
+    give ``</code>\n\n\n\n<observation>``, a text the model never saw in training, at every tool call; the
+    original re-encoded the stop-trimmed text, and token-in-token-out keeps the sampled token, so the observation
+    gives up its newlines instead. The context then reads exactly as the SFT data does."""
+    written = len(model_text) - len(model_text.rstrip("\n"))
+    leading = len(observation) - len(observation.lstrip("\n"))
+    return observation[min(written, leading):]
 
 
 async def run_trajectory(backend: ModelBackend, tokenizer: TokenizerAdapter, tools: ToolRunner,

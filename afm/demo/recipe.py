@@ -64,13 +64,16 @@ class SftSchedule:
 
 
 def world_tools(servers: Any) -> dict[str, Any]:
-    """The tools config for the world: the demo servers' clients, two wiki passages per query."""
+    """The tools config for the world: the demo servers' clients, one wiki passage and one search result per query.
+
+    One, not two: with a second (unrelated) passage in the observation, the student must pick which ``Town N`` to
+    copy into its next call, and the 2-layer student copied the wrong one."""
     cfg = servers.tools_config()
     for tool in cfg["tools"]:
         if tool["name"] == "wiki_search":
-            tool["config"]["topk"] = 2
+            tool["config"]["topk"] = 1
         if tool["name"] == "web_search":
-            tool["config"]["num_results"] = 2
+            tool["config"]["num_results"] = 1
     return cfg
 
 

@@ -23,14 +23,14 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from afm.demo.world import YEAR
+from afm.demo.world import YEAR, slug
 
 _Q = re.compile(r"^Question: (.*)$", re.MULTILINE)
 _STEP = re.compile(r"Current step \((\w+)\): (.*)")
 _ARITH = re.compile(r"Compute (\d+)\*(\d+)\+(\d+)\.")
-_LOOKUP = re.compile(r"What is the population of (\w+)\?")
+_LOOKUP = re.compile(r"What is the population of (.+?)\?")
 _MULTI = re.compile(r"In which country was (.+?) born\?")
-_CALC = re.compile(r"How many years before (\d+) was (\w+) founded\?")
+_CALC = re.compile(r"How many years before (\d+) was (.+?) founded\?")
 _STDOUT = re.compile(r"\[STDOUT:BEGIN\]\n(.*?)\n?\[STDOUT:END\]", re.DOTALL)
 _CODE = re.compile(r"print\((\d+)\*(\d+)\+(\d+)\)")
 
@@ -96,7 +96,7 @@ class Solver:
 
     def _birthplace(self, question: str, history: str) -> str | None:
         person = _MULTI.search(question).group(1)
-        m = self._find(history, rf"{re.escape(person)} was an? \w+ born in (\w+)")
+        m = self._find(history, rf"{re.escape(person)} was an? \w+ born in (.+?)\.")
         return m.group(1) if m else None
 
     def _expected(self, question: str, history: str) -> str | None:
@@ -123,7 +123,7 @@ class Solver:
             think = f"I need the population of {town}: search for its page, then read it."
             plan = f"1. Search for {town}. 2. Read its page. 3. Answer with the population."
             steps = [f"web_search: find the page of {town}", f"crawl_page: read the page of {town}"]
-            if self._find(history, rf"/{town.lower()}\.html"):
+            if self._find(history, rf"/{re.escape(slug(town))}\.html"):
                 plan, steps = f"1. Read the page of {town}. 2. Answer.", steps[1:]
         elif fam == "multihop":
             person = _MULTI.search(question).group(1)
@@ -165,8 +165,8 @@ class Solver:
             return f"<think>Search for the town.</think><argument>{town} population</argument>"
         if tool == "crawl_page":
             town = _LOOKUP.search(question).group(1)
-            m = self._find(history, rf"(https?://\S+/{town.lower()}\.html)")
-            url = m.group(1) if m else f"http://127.0.0.1/{town.lower()}.html"
+            m = self._find(history, rf"(https?://\S+/{re.escape(slug(town))}\.html)")
+            url = m.group(1) if m else f"http://127.0.0.1/{slug(town)}.html"
             return f"<think>Read the page.</think><argument>{url}</argument>"
         if tool == "wiki_search":
             if fam == "multihop":
@@ -188,6 +188,10 @@ class Solver:
 
     def answerer(self, question: str, history: str) -> str:
         answer = self._answer_from(question, history) or "unknown"
+        town = self._birthplace(question, history) if self.family(question) == "multihop" else None
+        if town and answer != "unknown":
+            # restate the evidence's words before the country: the student copies it after "a town in", as there
+            return f"<think>The evidence: {town} is a town in {answer}.</think><answer>{answer}</answer>"
         return f"<think>The evidence gives {answer}.</think><answer>{answer}</answer>"
 
     def verifier(self, question: str, history: str, user: str) -> str:

@@ -4,12 +4,18 @@ the way the paper's agents do, generated from a seed in well under a second.
 Families (the answer is always short and scored by exact match through ``afm.rewards``, data source ``afm_demo``):
 
 * ``arith``    "Compute 37*48+15."                        -> ``code`` (print the expression) -> 1791
-* ``lookup``   "What is the population of Varnok?"         -> ``web_search`` (the snippet links the town's page but
+* ``lookup``   "What is the population of Town 4821?"      -> ``web_search`` (the snippet links the town's page but
   holds no figure) -> ``crawl_page`` (the page states it)   -> 48213
-* ``multihop`` "In which country was Alma Torvel born?"    -> ``wiki_search`` (born in Varnok) -> ``wiki_search``
-  (Varnok is a town in Keldria)                              -> Keldria
-* ``calc``     "How many years before 2026 was Varnok founded?" -> ``wiki_search`` (founded in 1843) -> ``code``
+* ``multihop`` "In which country was Citizen 3315 born?"   -> ``wiki_search`` (born in Town 4821) -> ``wiki_search``
+  (Town 4821 is a town in Keldria)                           -> Keldria
+* ``calc``     "How many years before 2026 was Town 4821 founded?" -> ``wiki_search`` (founded in 1843) -> ``code``
   (print(2026-1843))                                          -> 183
+
+Towns and people are numbered (``Town 4821``, ``Citizen 3315``), not named: every family then copies digits from
+the question or an observation into a tool call, the one copy skill a 2-layer CPU student picks up in minutes
+(digits are single tokens). With invented names (``Varnok``, ``Alma Torvel``) it learned the arithmetic family and
+none of the others: it wrote names it had memorised instead of copying the question's (benchmarks/RESULTS.md,
+2026-11-25).
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands; countries are a shared answer vocabulary. Facts are invented, so an answer can
@@ -36,13 +42,6 @@ TOOLS_OF = {"arith": ("code",), "lookup": ("web_search", "crawl_page"), "multiho
             "calc": ("wiki_search", "code")}
 COUNTRIES = ("Keldria", "Ostmark", "Varelia", "Doruna", "Tessin", "Arvola", "Brenmoor", "Caldera", "Elmaro",
              "Fennick", "Gorvath", "Halvene")
-_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "l", "m", "n", "p", "r", "s", "st", "t", "tr", "v",
-           "w", "z")
-_VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou")
-_CODAS = ("", "n", "r", "l", "s", "k", "th", "m", "nd", "rt")
-_GIVEN = ("Alma", "Bruno", "Cora", "Dario", "Edda", "Felix", "Greta", "Hugo", "Ines", "Jonas", "Kira", "Lena",
-          "Mira", "Nils", "Olga", "Pavel", "Rosa", "Sven", "Tilda", "Ugo", "Vera", "Wim", "Yara", "Zeno")
-
 PROMPT = Prompt(
     key="afm.demo.world:PROMPT", version="2026-11-24.1",  # the key resolves to this object (module:attr)
     text=("Solve it with the tools web_search, crawl_page, wiki_search and code; think, plan, call tools, "
@@ -54,6 +53,11 @@ PROMPT = Prompt(
           "suggested_answer", "double_check", "answer"))
 
 
+def slug(name: str) -> str:
+    """The page name of a town on the demo site (``Town 4821`` -> ``town-4821``)."""
+    return name.lower().replace(" ", "-")
+
+
 @dataclass(frozen=True)
 class Town:
     name: str
@@ -63,7 +67,7 @@ class Town:
 
     @property
     def slug(self) -> str:
-        return self.name.lower()
+        return slug(self.name)
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,9 @@ class World:
 
     def wiki_corpus(self) -> list[dict[str, str]]:
         """Wiki passages: one per town (country, founding year) and one per person (birthplace)."""
-        towns = [{"id": f"town-{t.slug}", "contents": f'"{t.name}"\n{t.name} is a town in {t.country}, founded in '
+        towns = [{"id": t.slug, "contents": f'"{t.name}"\n{t.name} is a town in {t.country}, founded in '
                                                      f"{t.founded}."} for t in self.all_towns()]
-        people = [{"id": f"person-{p.name.lower().replace(' ', '-')}",
+        people = [{"id": slug(p.name),
                    "contents": f'"{p.name}"\n{p.name} was a {p.trade} born in {p.town}.'} for p in self.all_people()]
         return towns + people
 
@@ -157,24 +161,15 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def _name(rng: random.Random, syllables: int) -> str:
-    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
-                   for _ in range(syllables)).capitalize()
-
-
 def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> World:
     """The world for ``seed``: ``per_family[split]`` tasks of each family per split (default 750 / 60 / 25)."""
     counts = {"train": 750, "rl": 60, "heldout": 25, **(per_family or {})}
     rng = random.Random(seed)
-    used_names: set[str] = set()
-
-    def fresh(make) -> str:
-        while True:
-            name = make()
-            if name.lower() not in used_names and len(name) >= 4:
-                used_names.add(name.lower())
-                return name
-
+    # 2n towns and n people per split, all numbered apart; never a number that reads as a founding year (1200-1989)
+    # or a population (5 digits), which the search tools would match and the student would confuse
+    needed = sum(3 * counts[s] for s in SPLITS)
+    pool = range(2100, 10000) if needed <= 7900 else range(100000, 1000000)
+    numbers = iter(rng.sample(pool, needed))
     used_triples: set[tuple[int, int, int]] = set()
     towns: dict[str, list[Town]] = {}
     people: dict[str, list[Person]] = {}
@@ -182,10 +177,9 @@ def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> Worl
     trades = ("painter", "sailor", "weaver", "poet", "baker", "surveyor", "potter", "clockmaker")
     for split in SPLITS:
         n = counts[split]
-        ts = [Town(fresh(lambda: _name(rng, rng.choice((2, 2, 3)))), rng.choice(COUNTRIES),
-                   rng.randrange(1000, 99999), rng.randrange(1200, 1990)) for _ in range(2 * n)]
-        ps = [Person(fresh(lambda: f"{rng.choice(_GIVEN)} {_name(rng, 2)}"), ts[i].name, rng.choice(trades))
-              for i in range(n)]
+        ts = [Town(f"Town {next(numbers)}", rng.choice(COUNTRIES), rng.randrange(10000, 99999),
+                   rng.randrange(1200, 1990)) for _ in range(2 * n)]
+        ps = [Person(f"Citizen {next(numbers)}", ts[i].name, rng.choice(trades)) for i in range(n)]
         towns[split], people[split] = ts, ps
         out: list[Task] = []
         for i in range(n):
