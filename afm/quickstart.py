@@ -103,6 +103,7 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         train_rl,
         train_sft,
     )
+    from afm.quickstart_rl import GroupsFiltered
     from afm.quickstart_summary import rename_families, stage_summary, table, write_report
 
     t0 = time.monotonic()
@@ -170,9 +171,14 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
             print(f"[7/8] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, hf rollout, afm_agent "
                   "loop, the same tools)", flush=True)
             t = time.monotonic()
-            dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps,
-                            knobs={"LR": profile.rl_lr})
+            try:
+                dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps,
+                                knobs={"LR": profile.rl_lr, "MAX_NUM_GEN_BATCHES": rl_refill_cap()})
+            except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
+                rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
+                print(f"      {rl_skipped}", flush=True)
             seconds["rl"] = time.monotonic() - t
+        if dapo is not None:
             reward = dapo.curve("critic/score/mean")
             print("      reward per step (critic/score/mean):\n" + ascii_curve(reward), flush=True)
             t = time.monotonic()
@@ -198,6 +204,17 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
     print(f"\nDone in {seconds['total']:.0f}s. {summary_path}, {report}, {work / 'summary.png'}; eval runs in "
           f"{work / 'eval'} (afm eval report {work / 'eval' / 'sft'} ...)", flush=True)
     return summary
+
+
+def rl_refill_cap(env: dict[str, str] | None = None) -> str:
+    """``MAX_NUM_GEN_BATCHES`` for the quickstart's DAPO: the environment's, else 30.
+
+    A tiny SFT policy solves most selected questions in all or none of its samples, so a step may need many
+    refills to find 4 groups that carry a gradient; the RL scripts' 10 stopped such runs (RESULTS.md)."""
+    import os
+
+    env = os.environ if env is None else env
+    return str(env.get("MAX_NUM_GEN_BATCHES") or "30")
 
 
 def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) -> str:

@@ -102,6 +102,24 @@ def latest_hf_checkpoint(ckpt_dir: str | Path) -> Path:
     raise FileNotFoundError(f"no Hugging Face checkpoint under {ckpt} (global_step_*/actor/huggingface)")
 
 
+class GroupsFiltered(RuntimeError):
+    """DAPO stopped: the group filter dropped ``MAX_NUM_GEN_BATCHES`` batches of groups in one step (no gradient)."""
+
+    def __init__(self, message: str, log: Path) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+def dapo_failure(text: str, log: Path, code: int) -> RuntimeError:
+    """The error for a DAPO run that exited with ``code``: :class:`GroupsFiltered` when afm's refill cap stopped
+    it (``afm.rl.local.patches.TooManyFilteredGroups``), else the log's tail."""
+    stopped = re.search(r"TooManyFilteredGroups: (.*)", text)
+    if stopped:
+        return GroupsFiltered(stopped.group(1).strip(), log)
+    tail = "\n".join(text.splitlines()[-40:])
+    return RuntimeError(f"DAPO run failed (exit {code}); log {log}:\n{tail}")
+
+
 def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str, Any], work: str | Path, *,
              task: str = "code", steps: int = 24, knobs: Mapping[str, Any] | None = None,
              echo: bool = True) -> DapoRun:
@@ -134,8 +152,7 @@ def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str,
     _stop_ray(python)
     text = log.read_text(errors="replace")
     if proc.returncode != 0:
-        tail = "\n".join(text.splitlines()[-40:])
-        raise RuntimeError(f"DAPO run failed (exit {proc.returncode}); log {log}:\n{tail}")
+        raise dapo_failure(text, log, proc.returncode)
     return DapoRun(model=latest_hf_checkpoint(work / "checkpoints"), steps=parse_steps(text), log=log,
                    seconds=time.monotonic() - t0)
 

@@ -95,3 +95,21 @@ def test_rl_is_skipped_when_no_group_can_carry_a_gradient():
     assert why_no_rl(none_mixed, env={"FILTER_GROUPS": "false"}) == ""
     assert why_no_rl({"solved_count_histogram": {"0/4": 10, "1/4": 2}}, env={}) == ""
     assert why_no_rl({}, env={}) == ""
+
+
+def test_a_dapo_run_stopped_by_the_refill_cap_is_reported_not_raised(tmp_path):
+    """The quickstart keeps its SFT results when DAPO's refill cap stops the run: run_dapo tells that stop
+    (GroupsFiltered) from a broken run (RuntimeError with the log's tail), and the quickstart's cap is 30 batches
+    unless MAX_NUM_GEN_BATCHES says otherwise."""
+    from afm.quickstart import rl_refill_cap
+    from afm.quickstart_rl import GroupsFiltered, dapo_failure
+
+    log = tmp_path / "dapo.log"
+    text = ("step 2 ...\nTraceback (most recent call last):\nafm.rl.local.patches.TooManyFilteredGroups: DAPO's group "
+            "filter dropped 40 groups in step 3 (algorithm.filter_groups.max_num_gen_batches=10 x "
+            "data.train_batch_size=4): every rollout group ...\n")
+    err = dapo_failure(text, log, 1)
+    assert isinstance(err, GroupsFiltered) and err.log == log and str(err).startswith("DAPO's group filter dropped 40")
+    other = dapo_failure("Traceback\nValueError: bad config\n", log, 2)
+    assert type(other) is RuntimeError and "exit 2" in str(other) and "bad config" in str(other)
+    assert rl_refill_cap({}) == "30" and rl_refill_cap({"MAX_NUM_GEN_BATCHES": "0"}) == "0"

@@ -76,14 +76,14 @@ def test_teacher_endpoint_answers_openai_chat_requests():
 
 def test_solver_reads_facts_from_observations_only():
     s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
-    q = "In which country was Citizen 3315 born?"
+    q = "In which year was the birthplace of Citizen 3315 founded?"
     history = ("<wiki_search>Citizen 3315</wiki_search>\n\n<observation>\nDoc 1 (Title: \"Citizen 3315\")\n"
                "Citizen 3315 was a poet born in Town 4821.\n</observation>\n\n<wiki_search>Town 4821</wiki_search>\n\n"
                "<observation>\nDoc 1 (Title: \"Town 4821\")\nTown 4821 is a town in Keldria, founded in 1843.\n"
                "</observation>")
     assert "<argument>Town 4821</argument>" in s.tool_agent("wiki_search", q, history.split("<wiki_search>Town")[0],
                                                              "find the country of that town")
-    assert "<answer>Keldria</answer>" in s.answerer(q, history)
+    assert "<answer>1843</answer>" in s.answerer(q, history)
     assert "<answer>unknown</answer>" in s.answerer(q, "(nothing yet)")
     # the verifier recomputes arithmetic from the question, so a copying slip in the program is caught
     slip = "<code>\n```py\nprint(21*34+5)\n```\n</code>\n\n<observation>\n[STDOUT:BEGIN]\n719\n[STDOUT:END]\n</observation>"

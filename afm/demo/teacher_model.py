@@ -29,7 +29,7 @@ _Q = re.compile(r"^Question: (.*)$", re.MULTILINE)
 _STEP = re.compile(r"Current step \((\w+)\): (.*)")
 _ARITH = re.compile(r"Compute (\d+)\*(\d+)\+(\d+)\.")
 _LOOKUP = re.compile(r"What is the population of (.+?)\?")
-_MULTI = re.compile(r"In which country was (.+?) born\?")
+_MULTI = re.compile(r"In which year was the birthplace of (.+?) founded\?")
 _CALC = re.compile(r"How many years before (\d+) was (.+?) founded\?")
 _STDOUT = re.compile(r"\[STDOUT:BEGIN\]\n(.*?)\n?\[STDOUT:END\]", re.DOTALL)
 _CODE = re.compile(r"print\((\d+)\*(\d+)\+(\d+)\)")
@@ -90,7 +90,7 @@ class Solver:
             return m.group(1) if m else None
         if fam == "multihop":
             town = self._birthplace(question, history)
-            m = self._find(history, rf"{re.escape(town)} is a town in (\w+)") if town else None
+            m = self._find(history, rf"{re.escape(town)} is a town in \w+, founded in (\d+)") if town else None
             return m.group(1) if m else None
         return None
 
@@ -127,9 +127,9 @@ class Solver:
                 plan, steps = f"1. Read the page of {town}. 2. Answer.", steps[1:]
         elif fam == "multihop":
             person = _MULTI.search(question).group(1)
-            think = f"I need where {person} was born, then that town's country."
-            plan = f"1. Find the birthplace of {person}. 2. Find its country. 3. Answer."
-            steps = [f"wiki_search: find where {person} was born", "wiki_search: find the country of that town"]
+            think = f"I need where {person} was born, then when that town was founded."
+            plan = f"1. Find the birthplace of {person}. 2. Find when it was founded. 3. Answer."
+            steps = [f"wiki_search: find where {person} was born", "wiki_search: find when that town was founded"]
         elif fam == "calc":
             town = _CALC.search(question).group(2)
             think = f"I need the founding year of {town}, then a subtraction with code."
@@ -188,10 +188,6 @@ class Solver:
 
     def answerer(self, question: str, history: str) -> str:
         answer = self._answer_from(question, history) or "unknown"
-        town = self._birthplace(question, history) if self.family(question) == "multihop" else None
-        if town and answer != "unknown":
-            # restate the evidence's words before the country: the student copies it after "a town in", as there
-            return f"<think>The evidence: {town} is a town in {answer}.</think><answer>{answer}</answer>"
         return f"<think>The evidence gives {answer}.</think><answer>{answer}</answer>"
 
     def verifier(self, question: str, history: str, user: str) -> str:

@@ -6,19 +6,20 @@ Families (the answer is always short and scored by exact match through ``afm.rew
 * ``arith``    "Compute 37*48+15."                        -> ``code`` (print the expression) -> 1791
 * ``lookup``   "What is the population of Town 4821?"      -> ``web_search`` (the snippet links the town's page but
   holds no figure) -> ``crawl_page`` (the page states it)   -> 48213
-* ``multihop`` "In which country was Citizen 3315 born?"   -> ``wiki_search`` (born in Town 4821) -> ``wiki_search``
-  (Town 4821 is a town in Keldria)                           -> Keldria
+* ``multihop`` "In which year was the birthplace of Citizen 3315 founded?" -> ``wiki_search`` (born in Town 4821)
+  -> ``wiki_search`` (Town 4821 is a town in Keldria, founded in 1843) -> 1843
 * ``calc``     "How many years before 2026 was Town 4821 founded?" -> ``wiki_search`` (founded in 1843) -> ``code``
   (print(2026-1843))                                          -> 183
 
 Towns and people are numbered (``Town 4821``, ``Citizen 3315``), not named: every family then copies digits from
 the question or an observation into a tool call, the one copy skill a 2-layer CPU student picks up in minutes
-(digits are single tokens). With invented names (``Varnok``, ``Alma Torvel``) it learned the arithmetic family and
+(digits are single tokens); for the same reason ``multihop`` asks for a year, not a country (the student answered
+a constant country whatever the passage said). With invented names (``Varnok``, ``Alma Torvel``) it learned the arithmetic family and
 little else: it wrote names it had memorised instead of copying the question's (benchmarks/RESULTS.md,
 2026-11-25).
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
-people and arithmetic operands; countries are a shared answer vocabulary. Facts are invented, so an answer can
+people and arithmetic operands. Facts are invented, so an answer can
 only come from the tools. The world's documents are served by the demo servers (:class:`afm.demo.agent_demo.
 DemoServers` with ``world=``): town pages on the demo site, town and person passages in the wiki corpus, town
 entries (without figures) in the search corpus.
@@ -194,8 +195,9 @@ def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> Worl
             out.append(Task(f"{split}-lookup-{i}", "lookup", split, f"What is the population of {t.name}?",
                             str(t.population), {"town": t.name}))
             p = ps[i]
-            out.append(Task(f"{split}-multihop-{i}", "multihop", split, f"In which country was {p.name} born?",
-                            ts[i].country, {"person": p.name, "town": p.town}))
+            out.append(Task(f"{split}-multihop-{i}", "multihop", split,
+                            f"In which year was the birthplace of {p.name} founded?", str(ts[i].founded),
+                            {"person": p.name, "town": p.town}))
             u = ts[(n + i + n // 2) % (2 * n)] if n > 1 else t
             out.append(Task(f"{split}-calc-{i}", "calc", split,
                             f"How many years before {YEAR} was {u.name} founded?", str(YEAR - u.founded),
