@@ -73,11 +73,19 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     assert stages["untrained"]["macro"] == 0.0 and summary["tool_calls"]["untrained"]["arith"] == 0
     loss = [v for _, v in summary["sft_loss"]]
     assert loss[-1] < loss[0] / 4, loss
-    # the format and the tools: every arith question goes to the sandboxed code tool, which runs the program
+    # the format and the tools: every arith question goes to the sandboxed code tool, which runs the program, and
+    # most questions of every family call exactly that family's tools (a student trained on masked-out labels, on
+    # another prompt, or without tool observations does neither)
+    from afm.demo.world import TOOLS_OF
+
     results = [json.loads(line) for line in (tmp_path / "qs" / "eval" / "sft" / "results.jsonl").read_text().splitlines()]
     arith = [r for r in results if r["benchmark"] == "world_arith"]
     assert all(r["tool_counts"].get("code", 0) >= 1 for r in arith), arith
     assert all(r["observation_tokens"] > 0 for r in arith)
+    for family, tools in TOOLS_OF.items():
+        rows = [r for r in results if r["benchmark"] == f"world_{family}"]
+        right = [r for r in rows if set(r["tool_counts"]) == set(tools)]
+        assert len(right) >= 3, (family, [r["tool_counts"] for r in rows])
     if with_rl:
         assert len(summary["rl_reward"]) == 1 and "rl_vs_sft" in summary["comparisons"]
     saved = json.loads((tmp_path / "qs" / "summary.json").read_text())

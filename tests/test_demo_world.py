@@ -101,6 +101,10 @@ def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
         noisy = distill_sft_data(root, servers, tmp_path / "noisy", mistake_rate=1.0, miss_rate=0.5)
     runs = [json.loads(line) for line in clean["runs"].read_text().splitlines()]
     assert len(runs) == 32
+    # the SFT set follows the question file, whatever order the concurrent teacher runs finished in
+    order = [json.loads(line)["id"] for line in (root / "world" / "train.jsonl").read_text().splitlines()]
+    kept_ids = [json.loads(line)["question_id"] for line in clean["kept"].read_text().splitlines()]
+    assert kept_ids == sorted(kept_ids, key=order.index) and set(kept_ids) <= set(order)
     correct = [r for r in runs if r["status"] == "ok" and r["final_answer"] == r["gold"][0]]
     assert len(correct) >= 0.9 * len(runs)
     by_family = {f: [r for r in runs if f"-{f}-" in r["question_id"]] for f in FAMILIES}

@@ -117,12 +117,23 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
                       "--qa-scorer", "data-source", "--upsample-corrected", "2", "--quiet"])
     if rc != 0:
         raise RuntimeError(f"afm data filter failed (exit {rc})")
+    _in_question_order(kept, world_root / "world" / "train.jsonl")
     data = work / "sft_data"
     rc = convert(["--input", str(kept), "--output-dir", str(data), "--name", SFT_DATASET, "--no-copy-log"])
     if rc != 0:
         raise RuntimeError(f"afm data convert failed (exit {rc})")
     report = json.loads(kept.with_suffix(".report.json").read_text())
     return {"runs": runs, "kept": kept, "data": data, "filter_report": report}
+
+
+def _in_question_order(kept: Path, questions: Path) -> None:
+    """Rewrite ``kept`` in the order of the question file: the teacher runs 16 questions at once, so the runs
+    arrive in a different order on every run, and with them the SFT set, the student's batches and which copy
+    skill it picks up first (benchmarks/RESULTS.md). Sorted, a seed gives one SFT run."""
+    rank = {json.loads(line)["id"]: i for i, line in enumerate(questions.read_text().splitlines()) if line.strip()}
+    lines = [line for line in kept.read_text().splitlines() if line.strip()]
+    lines.sort(key=lambda line: rank.get(json.loads(line).get("question_id"), len(rank)))
+    kept.write_text("".join(line + "\n" for line in lines))
 
 
 def tokenizer_texts(data_dir: Path) -> list[str]:
