@@ -164,3 +164,16 @@ def make_world_small(tmp_path):
     from afm.demo.recipe import make_world
 
     return make_world(tmp_path, seed=2, per_family={"train": 3, "rl": 1, "heldout": 1})
+
+
+def test_servers_can_keep_the_site_where_a_student_learned_it(tmp_path):
+    """The page URLs (search results, crawl calls) carry the site's port, which a student trained on them learns;
+    ``site_port`` serves a later evaluation at the same address."""
+    from afm.demo.agent_demo import DemoServers
+    from afm.testing.procs import free_port
+
+    port = free_port()
+    servers = DemoServers(tmp_path, world=build_world(0, SMALL), site_port=port)
+    assert servers.site == f"http://127.0.0.1:{port}" and servers.ports["site"] == port
+    urls = [json.loads(line)["url"] for line in (tmp_path / "corpora" / "world_search.jsonl").read_text().splitlines()]
+    assert urls and all(u.startswith(f"http://127.0.0.1:{port}/town-") for u in urls)

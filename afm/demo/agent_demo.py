@@ -12,14 +12,17 @@ from afm.testing.procs import ServerProcess, free_port
 class DemoServers:
     """The demo web site and the search, crawl and wiki servers over the demo corpora, as real processes."""
 
-    def __init__(self, workdir: str | Path, world: Any = None) -> None:
+    def __init__(self, workdir: str | Path, world: Any = None, site_port: int | None = None) -> None:
         """``world``: an :class:`afm.demo.world.World` whose towns, people and pages the servers hold instead of
-        the fixed demo corpora (the demo site serves both)."""
+        the fixed demo corpora (the demo site serves both). ``site_port``: serve the site there, e.g. the port in
+        the page URLs a student was trained on (it learns the site's address), to evaluate it again later."""
         from afm.servers.demo_data import DemoCorpora, write_demo_corpora
 
         self.work = Path(workdir)
         self.work.mkdir(parents=True, exist_ok=True)
         self.ports = {name: free_port() for name in ("site", "search", "crawl", "wiki")}
+        if site_port:
+            self.ports["site"] = int(site_port)
         self.site = f"http://127.0.0.1:{self.ports['site']}"
         site_args: list[str] = []
         if world is None:
