@@ -38,7 +38,7 @@ class Profile:
     sft_epochs: float = 4.0
     sft_lr: float = 2e-3
     sft_batch_size: int = 16
-    student_layers: int = 2  # 2 copy digits sooner; 4 copy names better given ~1000+ steps (RESULTS.md)
+    student_layers: int = 2  # 2 leave the plateau sooner; 4 learn every family given ~1000+ steps (RESULTS.md)
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
     rl_steps: int = 4
     rl_lr: float = 1e-4  # the --local profile's LR (experiments/local.sh); 1e-5 left every greedy answer unchanged

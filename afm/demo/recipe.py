@@ -45,7 +45,7 @@ class ModelSize:
     Two layers by default: copying the question's digits into the program (an induction-style attention pattern)
     is what the student learns last, and the 2-layer model leaves the loss plateau before it (loss 0.44 at step 185
     where the 4-layer one is still at 0.52) at 1.35x the steps per second. Given ~1000+ steps (``--full``), four
-    layers also copy names: SFT macro 35% vs 25% on the same data (benchmarks/RESULTS.md, 2026-11-25)."""
+    layers learn every family of the numbered world: SFT macro 99.6% (benchmarks/RESULTS.md, 2026-11-25 night)."""
 
     vocab_size: int = 1024
     hidden_size: int = 128
