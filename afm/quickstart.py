@@ -41,7 +41,7 @@ class Profile:
     student_layers: int = 2  # 2 leave the plateau sooner; 4 learn every family given ~1000+ steps (RESULTS.md)
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
     rl_steps: int = 4
-    rl_lr: float = 1e-4  # the --local profile's LR (experiments/local.sh); 1e-5 left every greedy answer unchanged
+    rl_lr: float = 3e-5  # 1e-4 made a family forget in two runs, 3e-5 did not (RESULTS.md, 2026-11-25 night)
 
 
 DEFAULT = Profile()

@@ -121,3 +121,17 @@ def test_a_dapo_run_stopped_by_the_refill_cap_is_reported_not_raised(tmp_path):
     other = dapo_failure("Traceback\nValueError: bad config\n", log, 2)
     assert type(other) is RuntimeError and "exit 2" in str(other) and "bad config" in str(other)
     assert rl_refill_cap({}) == "30" and rl_refill_cap({"MAX_NUM_GEN_BATCHES": "0"}) == "0"
+
+
+def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
+    """The RL flags of `afm quickstart` (the 12-minute run where DAPO helped, RESULTS.md) set the profile."""
+    import afm.quickstart as quickstart
+    from afm.cli import main
+
+    seen = {}
+    monkeypatch.setattr(quickstart, "run", lambda workdir, profile, seed=0, rl=True: seen.update(p=profile, rl=rl))
+    assert main(["quickstart", "--workdir", str(tmp_path), "--rl-per-family", "40", "--rl-samples", "8",
+                 "--rl-steps", "16", "--rl-lr", "3e-5"]) == 0
+    p = seen["p"]
+    assert (p.rl_per_family, p.rl_samples, p.rl_steps, p.rl_lr, seen["rl"]) == (40, 8, 16, 3e-5, True)
+    assert p.train_per_family == quickstart.DEFAULT.train_per_family and quickstart.DEFAULT.rl_lr == 3e-5
