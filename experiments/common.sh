@@ -97,7 +97,8 @@
 #   FILTER_METRIC           acc         acc | score | reward
 #   MAX_INFLIGHT_GEN_BATCHES 2          prompt batches generating at once while refilling filtered groups
 #   MAX_NUM_GEN_BATCHES     10          DAPO paper's cap: a step that filters this many batches of groups stops the
-#                                       run with an error (afm's patch; verl 0.9.1 ignores it); 0 = refill forever
+#                                       run with an error (afm's patch; verl 0.9.1 ignores it); 0 = refill forever,
+#                                       the original's value (docs/original_mapping.md says why afm differs)
 #   CLIP_RATIO_LOW/HIGH     0.2/0.28    clip-higher
 #   CLIP_RATIO_C            task        dual-clip constant (web 10.0, else 3.0)
 #   LOSS_AGG_MODE           token-mean

@@ -14,9 +14,9 @@ Families (the answer is always short and scored by exact match through ``afm.rew
 Towns and people are numbered (``Town 4821``, ``Citizen 3315``), not named: every family then copies digits from
 the question or an observation into a tool call, the one copy skill a 2-layer CPU student picks up in minutes
 (digits are single tokens); for the same reason ``multihop`` asks for a year, not a country (the student answered
-a constant country whatever the passage said). With invented names (``Varnok``, ``Alma Torvel``) it learned the arithmetic family and
-little else: it wrote names it had memorised instead of copying the question's (benchmarks/RESULTS.md,
-2026-11-25).
+a constant country whatever the passage said). With invented names (``Varnok``, ``Alma Torvel``) it learned the
+arithmetic family and little else: it wrote names it had memorised instead of copying the question's
+(benchmarks/RESULTS.md, 2026-11-25).
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
