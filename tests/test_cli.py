@@ -84,7 +84,9 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     assert all(r["observation_tokens"] > 0 for r in arith)
     for family, tools in TOOLS_OF.items():
         rows = [r for r in results if r["benchmark"] == f"world_{family}"]
-        right = [r for r in rows if set(r["tool_counts"]) == set(tools)]
+        # a turn that ended with neither a call nor an answer is recorded under the name "" (an invalid call): it is
+        # a formatting slip of a 180-step student, not a call to another family's tool
+        right = [r for r in rows if {name for name in r["tool_counts"] if name} == set(tools)]
         assert len(right) >= 3, (family, [r["tool_counts"] for r in rows])
     if with_rl:
         assert len(summary["rl_reward"]) == 1 and "rl_vs_sft" in summary["comparisons"]
