@@ -101,11 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
     q.add_argument("--sft-epochs", type=float, default=None)
     q.add_argument("--sft-batch-size", type=int, default=None, help="SFT batch size (default 16)")
+    q.add_argument("--sft-lr", type=float, default=None, help="SFT learning rate (default 2e-3)")
     q.add_argument("--student-layers", type=int, default=None, help="layers of the tiny student (default 2, --full 4)")
+    q.add_argument("--student-width", type=int, default=None, help="hidden size of the student (default 256, --full 128)")
+    q.add_argument("--student-kv-heads", type=int, default=None,
+                   help="key/value heads of the student's 4 attention heads (default 4, --full 2)")
     q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
-    q.add_argument("--rl-per-family", type=int, default=None, help="RL-split questions per family (default 8)")
+    q.add_argument("--rl-per-family", type=int, default=None, help="RL-split questions per family (default 12)")
     q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")
     q.add_argument("--rl-lr", type=float, default=None, help="DAPO learning rate (default 3e-5)")
+    q.add_argument("--rl-mini-batch", type=int, default=None,
+                   help="prompts per PPO update of the 4 a DAPO step samples (default 1: four updates a step)")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
     v = sub.add_parser("validate", help="check CoA trajectories in a dataset file")
@@ -125,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
 
         profile = profile_from_args(args.full, train_per_family=args.train_per_family,
                                     heldout_per_family=args.heldout_per_family, sft_epochs=args.sft_epochs,
-                                    sft_batch_size=args.sft_batch_size, student_layers=args.student_layers,
+                                    sft_batch_size=args.sft_batch_size, sft_lr=args.sft_lr,
+                                    student_layers=args.student_layers, student_kv_heads=args.student_kv_heads,
+                                    student_width=args.student_width,
                                     rl_steps=args.rl_steps, rl_per_family=args.rl_per_family,
-                                    rl_samples=args.rl_samples, rl_lr=args.rl_lr)
+                                    rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_mini_batch=args.rl_mini_batch)
         run(args.workdir, profile, seed=args.seed, rl=not args.no_rl)
         return 0
     if args.command == "validate":

@@ -32,21 +32,31 @@ class Profile:
     """How much of everything one quickstart run does (tasks per family and split, SFT schedule, RL steps)."""
 
     train_per_family: int = 500
-    rl_per_family: int = 8
+    rl_per_family: int = 12
     heldout_per_family: int = 25
     untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
-    sft_epochs: float = 4.0
+    sft_epochs: float = 3.0
     sft_lr: float = 2e-3
     sft_batch_size: int = 16
     student_layers: int = 2  # 2 leave the plateau sooner; 4 learn every family given ~1000+ steps (RESULTS.md)
+    # The student's width and key/value heads. Copying digits from the context is learned last, after a loss plateau
+    # whose length varied from run to run: a 128-wide student with 2 key/value heads left it at step ~365 of 520 in
+    # one run and learned nothing; 256 wide with one key/value head per query head left it at step ~150 on data where
+    # the 128-wide one needed ~480 (RESULTS.md, 2026-11-26).
+    student_width: int = 256
+    student_kv_heads: int = 4
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
-    rl_steps: int = 4
+    rl_steps: int = 4  # ~16 s a step for the 256-wide student: the default's DAPO shows the stage, not a gain
     rl_lr: float = 3e-5  # 1e-4 made a family forget in two runs, 3e-5 did not (RESULTS.md, 2026-11-25 night)
+    # prompts per PPO update (MINI_BATCH_SIZE) of the 4 a step samples: 1 = four updates a step; with one update a
+    # step, 32 steps at 3e-5 left the weakest family where it was, with four they raised it +12 (RESULTS.md, 11-26)
+    rl_mini_batch: int = 1
 
 
 DEFAULT = Profile()
-FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
-               rl_steps=30, student_layers=4)
+# --full as measured (RESULTS.md, 2026-11-25 night): a 4-layer student with 2 key/value heads at lr 2e-3
+FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, sft_lr=2e-3,
+               rl_samples=8, rl_steps=30, student_layers=4, student_width=128, student_kv_heads=2)
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -125,7 +135,9 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         data = distilled["data"]
         print(f"      kept {distilled['filter_report'].get('records_out')} SFT samples -> {data}", flush=True)
 
-        model = build_student(work / "student", data, ModelSize(num_layers=profile.student_layers), seed=seed)
+        size = ModelSize(num_layers=profile.student_layers, num_kv_heads=profile.student_kv_heads,
+                         hidden_size=profile.student_width, intermediate_size=3 * profile.student_width)
+        model = build_student(work / "student", data, size, seed=seed)
         schedule = SftSchedule(epochs=profile.sft_epochs, batch_size=profile.sft_batch_size,
                                learning_rate=profile.sft_lr)
         sft_yaml = work / "sft.yaml"
@@ -173,7 +185,8 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
             t = time.monotonic()
             try:
                 dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps,
-                                knobs={"LR": profile.rl_lr, "MAX_NUM_GEN_BATCHES": rl_refill_cap()})
+                                knobs={"LR": profile.rl_lr, "MINI_BATCH_SIZE": profile.rl_mini_batch,
+                                       "MAX_NUM_GEN_BATCHES": rl_refill_cap()})
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
                 rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
                 print(f"      {rl_skipped}", flush=True)

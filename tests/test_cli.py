@@ -90,6 +90,8 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
         assert len(right) >= 3, (family, [r["tool_counts"] for r in rows])
     if with_rl:
         assert len(summary["rl_reward"]) == 1 and "rl_vs_sft" in summary["comparisons"]
+        # the profile's PPO mini-batch (one prompt: four updates a step) reached verl's config
+        assert "actor_rollout_ref.actor.ppo_mini_batch_size=1 " in (tmp_path / "qs" / "rl" / "dapo.log").read_text()
     saved = json.loads((tmp_path / "qs" / "summary.json").read_text())
     assert saved["stages"] == json.loads(json.dumps(stages))
     report = (tmp_path / "qs" / "report.md").read_text()
@@ -137,3 +139,11 @@ def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
     p = seen["p"]
     assert (p.rl_per_family, p.rl_samples, p.rl_steps, p.rl_lr, seen["rl"]) == (40, 8, 16, 3e-5, True)
     assert p.train_per_family == quickstart.DEFAULT.train_per_family and quickstart.DEFAULT.rl_lr == 3e-5
+    assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "1e-3", "--student-kv-heads", "2",
+                 "--student-width", "128", "--rl-mini-batch", "4"]) == 0
+    p = seen["p"]
+    assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (1e-3, 2, 128, 2)
+    assert (p.rl_mini_batch, quickstart.DEFAULT.rl_mini_batch) == (4, 1)
+    # --full keeps the shape its figures were measured with
+    assert main(["quickstart", "--workdir", str(tmp_path), "--full"]) == 0
+    assert (seen["p"].student_width, seen["p"].student_kv_heads, seen["p"].student_layers) == (128, 2, 4)

@@ -45,19 +45,22 @@ class ModelSize:
     Two layers by default: copying the question's digits into the program (an induction-style attention pattern)
     is what the student learns last, and the 2-layer model leaves the loss plateau before it (loss 0.44 at step 185
     where the 4-layer one is still at 0.52) at 1.35x the steps per second. Given ~1000+ steps (``--full``), four
-    layers learn every family of the numbered world: SFT macro 99.6% (benchmarks/RESULTS.md, 2026-11-25 night)."""
+    layers (128 wide, 2 key/value heads) learn every family of the numbered world: SFT macro 99.6%
+    (benchmarks/RESULTS.md, 2026-11-25 night). When the 2-layer student leaves the plateau varied from run to run
+    (step ~240 to 480+ at 128 wide); 256 wide with a key/value head per query head left it at step ~150
+    (RESULTS.md, 2026-11-26)."""
 
     vocab_size: int = 1024
-    hidden_size: int = 128
-    intermediate_size: int = 384
+    hidden_size: int = 256  # 128 (with 2 key/value heads) is --full's and the earlier default's
+    intermediate_size: int = 768
     num_layers: int = 2
     num_heads: int = 4
-    num_kv_heads: int = 2
+    num_kv_heads: int = 4
 
 
 @dataclass(frozen=True)
 class SftSchedule:
-    epochs: float = 4.0
+    epochs: float = 3.0
     batch_size: int = 16
     learning_rate: float = 2e-3
     cutoff_len: int = 768
