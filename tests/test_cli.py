@@ -139,10 +139,10 @@ def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
     p = seen["p"]
     assert (p.rl_per_family, p.rl_samples, p.rl_steps, p.rl_lr, seen["rl"]) == (40, 8, 16, 3e-5, True)
     assert p.train_per_family == quickstart.DEFAULT.train_per_family and quickstart.DEFAULT.rl_lr == 3e-5
-    assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "1e-3", "--student-kv-heads", "2",
-                 "--student-width", "128", "--rl-mini-batch", "4"]) == 0
+    assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "1e-3", "--student-kv-heads", "4",
+                 "--student-width", "256", "--rl-mini-batch", "4"]) == 0
     p = seen["p"]
-    assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (1e-3, 2, 128, 2)
+    assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (1e-3, 4, 256, 2)
     assert (p.rl_mini_batch, quickstart.DEFAULT.rl_mini_batch) == (4, 1)
     # --full keeps the shape its figures were measured with
     assert main(["quickstart", "--workdir", str(tmp_path), "--full"]) == 0

@@ -47,20 +47,20 @@ class ModelSize:
     where the 4-layer one is still at 0.52) at 1.35x the steps per second. Given ~1000+ steps (``--full``), four
     layers (128 wide, 2 key/value heads) learn every family of the numbered world: SFT macro 99.6%
     (benchmarks/RESULTS.md, 2026-11-25 night). When the 2-layer student leaves the plateau varied from run to run
-    (step ~240 to 480+ at 128 wide); 256 wide with a key/value head per query head left it at step ~150
-    (RESULTS.md, 2026-11-26)."""
+    (step ~240 to 480+ at 128 wide, ~110-310 at 256 wide with 4 key/value heads, at half the speed; RESULTS.md,
+    2026-11-26)."""
 
     vocab_size: int = 1024
-    hidden_size: int = 256  # 128 (with 2 key/value heads) is --full's and the earlier default's
-    intermediate_size: int = 768
+    hidden_size: int = 128
+    intermediate_size: int = 384
     num_layers: int = 2
     num_heads: int = 4
-    num_kv_heads: int = 4
+    num_kv_heads: int = 2
 
 
 @dataclass(frozen=True)
 class SftSchedule:
-    epochs: float = 3.0
+    epochs: float = 4.0
     batch_size: int = 16
     learning_rate: float = 2e-3
     cutoff_len: int = 768
