@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--student-kv-heads", type=int, default=None,
                    help="key/value heads of the student's 4 attention heads (default 2)")
     q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
-    q.add_argument("--rl-per-family", type=int, default=None, help="RL-split questions per family (default 12)")
+    q.add_argument("--rl-per-family", type=int, default=None, help="RL-split questions per family (default 8)")
     q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")
     q.add_argument("--rl-lr", type=float, default=None, help="DAPO learning rate (default 3e-5)")
     q.add_argument("--rl-mini-batch", type=int, default=None,

@@ -54,9 +54,8 @@ class Profile:
 
 
 DEFAULT = Profile()
-# --full as measured (RESULTS.md, 2026-11-25 night): a 4-layer student with 2 key/value heads at lr 2e-3
-FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, sft_lr=2e-3,
-               rl_samples=8, rl_steps=30, student_layers=4, student_width=128, student_kv_heads=2)
+FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
+               rl_steps=30, student_layers=4)
 
 
 def _run(cmd: list[str], log: Path) -> None:
