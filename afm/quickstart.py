@@ -243,6 +243,9 @@ def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) 
     from afm.launch_knobs import parse_bool
 
     env = os.environ if env is None else env
+    if select_report.get("kept") == 0:
+        return (f"the SFT policy solved each of the {select_report.get('questions')} RL questions in every sample: "
+                "nothing is left for RL to learn (a larger RL split, --rl-per-family, holds harder ones)")
     if not parse_bool("FILTER_GROUPS", str(env.get("FILTER_GROUPS") or "true")):
         return ""
     counts = select_report.get("solved_count_histogram") or {}

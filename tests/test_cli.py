@@ -107,6 +107,9 @@ def test_rl_is_skipped_when_no_group_can_carry_a_gradient():
     assert why_no_rl(none_mixed, env={"FILTER_GROUPS": "false"}) == ""
     assert why_no_rl({"solved_count_histogram": {"0/4": 10, "1/4": 2}}, env={}) == ""
     assert why_no_rl({}, env={}) == ""
+    # a policy that solves every RL question every time leaves no RL set at all, whatever the group filter
+    solved = {"questions": 32, "kept": 0, "solved_count_histogram": {"4/4": 32}}
+    assert "nothing is left for RL to learn" in why_no_rl(solved, env={"FILTER_GROUPS": "false"})
 
 
 def test_a_dapo_run_stopped_by_the_refill_cap_is_reported_not_raised(tmp_path):

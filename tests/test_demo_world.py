@@ -55,6 +55,20 @@ def test_every_gold_scores_one_and_a_wrong_answer_zero():
         assert good["acc"] == 1.0 and bad["acc"] == 0.0, task
 
 
+def test_every_question_ends_with_what_the_first_thought_restates():
+    """The first copy sits at the same place in every family: the question ends with the entity (or expression) and
+    the teacher's first thought begins with it, so one copy pattern serves the four families (afm.demo.world)."""
+    import re
+
+    world = build_world(5, SMALL)
+    s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
+    for task in world.tasks["train"]:
+        m = re.search(r"((?:Town|Citizen) \d+|Compute \d\d\*\d\d\+\d\d)[?.]$", task.question)
+        assert m, task.question
+        think = re.search(r"<think>(.*?)</think>", s.planner(task.question, "(nothing yet)", "Write the plan.")).group(1)
+        assert think.startswith(m.group(1)), (task.family, task.question, think)
+
+
 def test_teacher_endpoint_answers_openai_chat_requests():
     with TeacherModel(seed=0) as teacher:
         system = "You are the PLANNER of a research team that answers a question with tools.\n..."
@@ -76,7 +90,7 @@ def test_teacher_endpoint_answers_openai_chat_requests():
 
 def test_solver_reads_facts_from_observations_only():
     s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
-    q = "In which year was the birthplace of Citizen 3315 founded?"
+    q = "What is the founding year of the birthplace of Citizen 3315?"
     history = ("<wiki_search>Citizen 3315</wiki_search>\n\n<observation>\nDoc 1 (Title: \"Citizen 3315\")\n"
                "Citizen 3315 was a poet born in Town 4821.\n</observation>\n\n<wiki_search>Town 4821</wiki_search>\n\n"
                "<observation>\nDoc 1 (Title: \"Town 4821\")\nTown 4821 is a town in Keldria, founded in 1843.\n"

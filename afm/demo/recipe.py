@@ -221,7 +221,8 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
                    max_questions: int | None = None) -> dict[str, Any]:
     """The paper's RL selection on the world's ``rl`` split: ``afm infer`` samples ``n`` trajectories per question
     from ``model`` (the SFT policy) with the real tools, then ``afm data select --mode code`` drops the questions it
-    solved every time (nothing left to learn) and writes verl's parquet. Returns the parquet and the report."""
+    solved every time (nothing left to learn) and writes verl's parquet. Returns the parquet (``None`` when no
+    question is kept) and the report."""
     from afm.agent.infer import main as infer
     from afm.data.difficulty import main as select
 
@@ -247,10 +248,13 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
             "--quiet"]
     if max_questions:
         args += ["--max-questions", str(max_questions)]
-    if select(args) not in (0, None):
+    code = select(args)
+    report_path = parquet.with_suffix(".select.json")
+    # exit 1 with a report: no question kept (the policy solved every one in every sample), not a failure
+    if code not in (0, None) and not (code == 1 and report_path.exists()):
         raise RuntimeError("afm data select failed")
-    report = json.loads(parquet.with_suffix(".select.json").read_text())
-    return {"samples": samples, "parquet": parquet, "report": report}
+    report = json.loads(report_path.read_text())
+    return {"samples": samples, "parquet": parquet if report.get("kept") else None, "report": report}
 
 
 # DAPO on CPU for the world: 4 prompts x 4 rollouts a step, with the eval's turn and token limits (world_* specs).

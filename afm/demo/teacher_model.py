@@ -29,8 +29,8 @@ _Q = re.compile(r"^Question: (.*)$", re.MULTILINE)
 _STEP = re.compile(r"Current step \((\w+)\): (.*)")
 _ARITH = re.compile(r"Compute (\d+)\*(\d+)\+(\d+)\.")
 _LOOKUP = re.compile(r"What is the population of (.+?)\?")
-_MULTI = re.compile(r"In which year was the birthplace of (.+?) founded\?")
-_CALC = re.compile(r"How many years before (\d+) was (.+?) founded\?")
+_MULTI = re.compile(r"What is the founding year of the birthplace of (.+?)\?")
+_CALC = re.compile(r"How many years before (\d+) was the founding of (.+?)\?")
 _STDOUT = re.compile(r"\[STDOUT:BEGIN\]\n(.*?)\n?\[STDOUT:END\]", re.DOTALL)
 _CODE = re.compile(r"print\((\d+)\*(\d+)\+(\d+)\)")
 
@@ -116,23 +116,28 @@ class Solver:
         fam = self.family(question)
         replan = "double check scored" in user or "rated the progress poor" in user
         if fam == "arith":
-            think, plan = "This is arithmetic: compute it with code.", "1. Compute the expression with code. 2. Answer."
+            # the expression restated right after the question, after the same word: each later copy (plan, the
+            # tool agent's think, the program) then has a nearby source behind a matching anchor, as the town
+            # numbers of the other families do; without it most runs left this family at 0-4%
+            # (benchmarks/RESULTS.md, 2026-11-26 afternoon)
+            expr = "{}*{}+{}".format(*_ARITH.search(question).groups())
+            think, plan = f"Compute {expr} with code.", f"1. Compute {expr} with code. 2. Answer."
             steps = ["code: compute the expression"]
         elif fam == "lookup":
             town = _LOOKUP.search(question).group(1)
-            think = f"I need the population of {town}: search for its page, then read it."
+            think = f"{town}: I need its population; search for its page, then read it."
             plan = f"1. Search for {town}. 2. Read its page. 3. Answer with the population."
             steps = [f"web_search: find the page of {town}", f"crawl_page: read the page of {town}"]
             if self._find(history, rf"/{re.escape(slug(town))}\.html"):
                 plan, steps = f"1. Read the page of {town}. 2. Answer.", steps[1:]
         elif fam == "multihop":
             person = _MULTI.search(question).group(1)
-            think = f"I need where {person} was born, then when that town was founded."
+            think = f"{person}: I need where they were born, then when that town was founded."
             plan = f"1. Find the birthplace of {person}. 2. Find when it was founded. 3. Answer."
             steps = [f"wiki_search: find where {person} was born", "wiki_search: find when that town was founded"]
         elif fam == "calc":
             town = _CALC.search(question).group(2)
-            think = f"I need the founding year of {town}, then a subtraction with code."
+            think = f"{town}: I need its founding year, then a subtraction with code."
             plan = f"1. Find when {town} was founded. 2. Subtract it from {YEAR} with code. 3. Answer."
             steps = [f"wiki_search: find when {town} was founded", "code: compute the difference"]
             if replan and self._find(history, r"founded in (\d+)"):
@@ -152,7 +157,7 @@ class Solver:
             a, b, c = _ARITH.search(question).groups()
             if attempt == 0 and _chance(self.seed, question, "copy") < self.mistake_rate:
                 a = a[::-1] if a[::-1] != a else str(int(a) + 1)  # a copying slip the verifier can catch
-            return f"<think>Print the value.</think><argument>```py\nprint({a}*{b}+{c})\n```</argument>"
+            return f"<think>Compute {a}*{b}+{c}.</think><argument>```py\nprint({a}*{b}+{c})\n```</argument>"
         if tool == "code":  # calc
             m = _CALC.search(question)
             year = self._find(history, rf"{re.escape(m.group(2))} is a town in \w+, founded in (\d+)")
@@ -173,7 +178,7 @@ class Solver:
                 town = self._birthplace(question, history)
                 if town is None:
                     return f"<think>Look up the person.</think><argument>{_MULTI.search(question).group(1)}</argument>"
-                return f"<think>Look up {town}.</think><argument>{town}</argument>"
+                return f"<think>{town}: look it up.</think><argument>{town}</argument>"
             town = _CALC.search(question).group(2)
             return f"<think>Look up the town.</think><argument>{town}</argument>"
         return "<think>?</think><argument>?</argument>"

@@ -83,9 +83,14 @@ def build_tiny_model(
     num_layers: int = 2,
     num_heads: int = 4,
     num_kv_heads: int = 2,
+    rope_theta: float = 1_000_000.0,
     seed: int = 0,
 ) -> Path:
-    """Write a random-init Qwen2ForCausalLM and its tokenizer to ``out_dir`` and return the path."""
+    """Write a random-init Qwen2ForCausalLM and its tokenizer to ``out_dir`` and return the path.
+
+    ``rope_theta`` is Qwen2.5's 1e6, not transformers' default 1e4: with the slower rotation more of each head's
+    dimensions match content at any distance, and the demo student learned to copy a number from hundreds of tokens
+    back on a run where it had not at 1e4 (benchmarks/RESULTS.md, 2026-11-26 afternoon)."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
@@ -100,6 +105,7 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=4096,
+        rope_theta=rope_theta,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),

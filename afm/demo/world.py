@@ -6,10 +6,10 @@ Families (the answer is always short and scored by exact match through ``afm.rew
 * ``arith``    "Compute 37*48+15."                        -> ``code`` (print the expression) -> 1791
 * ``lookup``   "What is the population of Town 4821?"      -> ``web_search`` (the snippet links the town's page but
   holds no figure) -> ``crawl_page`` (the page states it)   -> 48213
-* ``multihop`` "In which year was the birthplace of Citizen 3315 founded?" -> ``wiki_search`` (born in Town 4821)
-  -> ``wiki_search`` (Town 4821 is a town in Keldria, founded in 1843) -> 1843
-* ``calc``     "How many years before 2026 was Town 4821 founded?" -> ``wiki_search`` (founded in 1843) -> ``code``
-  (print(2026-1843))                                          -> 183
+* ``multihop`` "What is the founding year of the birthplace of Citizen 3315?" -> ``wiki_search`` (born in Town
+  4821) -> ``wiki_search`` (Town 4821 is a town in Keldria, founded in 1843) -> 1843
+* ``calc``     "How many years before 2026 was the founding of Town 4821?" -> ``wiki_search`` (founded in 1843) ->
+  ``code`` (print(2026-1843))                                 -> 183
 
 Towns and people are numbered (``Town 4821``, ``Citizen 3315``), not named: every family then copies digits from
 the question or an observation into a tool call, the one copy skill a 2-layer CPU student picks up in minutes
@@ -17,6 +17,13 @@ the question or an observation into a tool call, the one copy skill a 2-layer CP
 a constant country whatever the passage said). With invented names (``Varnok``, ``Alma Torvel``) it learned the
 arithmetic family and little else: it wrote names it had memorised instead of copying the question's
 (benchmarks/RESULTS.md, 2026-11-25).
+
+Every question ends with what must be copied (``Town 4821``, ``Citizen 3315``, ``Compute 37*48+15``; all operands
+two digits), and the teacher's first thought restates it (``<think>Town 4821: I need ...``, ``<think>Compute
+37*48+15 with code.``): the first copy then sits at the same distance from its source in every family, one copy
+pattern instead of four. Before, every default run ended with one family at 0-4% (``arith`` or ``calc``); with this
+shape and the student's ``rope_theta`` at 1e6 the default learned all four on seed 0 (SFT macro 98%), though one
+world in five still stalled (benchmarks/RESULTS.md, 2026-11-26 afternoon).
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
@@ -185,7 +192,7 @@ def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> Worl
         out: list[Task] = []
         for i in range(n):
             while True:
-                a, b, c = rng.randrange(11, 99), rng.randrange(11, 99), rng.randrange(2, 99)
+                a, b, c = rng.randrange(11, 99), rng.randrange(11, 99), rng.randrange(11, 99)
                 if (a, b, c) not in used_triples:
                     used_triples.add((a, b, c))
                     break
@@ -196,11 +203,11 @@ def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> Worl
                             str(t.population), {"town": t.name}))
             p = ps[i]
             out.append(Task(f"{split}-multihop-{i}", "multihop", split,
-                            f"In which year was the birthplace of {p.name} founded?", str(ts[i].founded),
+                            f"What is the founding year of the birthplace of {p.name}?", str(ts[i].founded),
                             {"person": p.name, "town": p.town}))
             u = ts[(n + i + n // 2) % (2 * n)] if n > 1 else t
             out.append(Task(f"{split}-calc-{i}", "calc", split,
-                            f"How many years before {YEAR} was {u.name} founded?", str(YEAR - u.founded),
+                            f"How many years before {YEAR} was the founding of {u.name}?", str(YEAR - u.founded),
                             {"town": u.name}))
         tasks[split] = out
     return World(seed, towns, people, tasks)
