@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--student-layers", type=int, default=None, help="layers of the tiny student (default 2, --full 4)")
     q.add_argument("--student-width", type=int, default=None, help="hidden size of the student (default 128)")
     q.add_argument("--student-kv-heads", type=int, default=None,
-                   help="key/value heads of the student's 4 attention heads (default 2)")
+                   help="key/value heads of the student's 4 attention heads (default 4)")
     q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
     q.add_argument("--rl-per-family", type=int, default=None, help="RL-split questions per family (default 8)")
     q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")

@@ -40,11 +40,11 @@ class Profile:
     sft_batch_size: int = 16
     student_layers: int = 2  # 2 leave the plateau sooner; 4 learn every family given ~1000+ steps (RESULTS.md)
     # The student's width and key/value heads. Copying digits from the context is learned last, after a loss plateau
-    # whose length varies from run to run (the site's port inside the data moves it by 150 steps): 128 wide left it
-    # at steps ~240-480+, 256 wide with 4 key/value heads at ~110-310 but at half the speed, and twice did not learn
-    # on the default world; the default stays the shape measured to learn there (RESULTS.md, 2026-11-26).
+    # whose length varies from run to run; with 2 key/value heads one world in five never left it in 520 steps and
+    # others left a family at 0-16%; with 4 (one per query head) the same three worlds learned every family
+    # (RESULTS.md, 2026-11-26 afternoon). 256 wide left the plateau sooner but at half the speed a step.
     student_width: int = 128
-    student_kv_heads: int = 2
+    student_kv_heads: int = 4
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
     rl_steps: int = 4  # the default's DAPO shows the stage; the gain needs ~32 steps (RESULTS.md, 2026-11-26)
     rl_lr: float = 3e-5  # 1e-4 made a family forget in two runs, 3e-5 did not (RESULTS.md, 2026-11-25 night)
@@ -55,7 +55,7 @@ class Profile:
 
 DEFAULT = Profile()
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
-               rl_steps=30, student_layers=4)
+               rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -184,8 +184,8 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
             t = time.monotonic()
             try:
                 dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps,
-                                knobs={"LR": profile.rl_lr, "MINI_BATCH_SIZE": profile.rl_mini_batch,
-                                       "MAX_NUM_GEN_BATCHES": rl_refill_cap()})
+                                knobs={"LR": profile.rl_lr, "MAX_NUM_GEN_BATCHES": rl_refill_cap(),
+                                       **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch)})
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
                 rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
                 print(f"      {rl_skipped}", flush=True)
@@ -216,6 +216,16 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
     print(f"\nDone in {seconds['total']:.0f}s. {summary_path}, {report}, {work / 'summary.png'}; eval runs in "
           f"{work / 'eval'} (afm eval report {work / 'eval' / 'sft'} ...)", flush=True)
     return summary
+
+
+def rl_batch_knobs(kept: int, mini_batch: int) -> dict[str, int]:
+    """``TRAIN_BATCH_SIZE`` / ``MINI_BATCH_SIZE`` for the quickstart's DAPO: 4 prompts a step, fewer when selection
+    kept fewer questions (verl's dataloader drops an incomplete batch, so 3 rows at batch 4 made an epoch of no
+    steps and the trainer divided by zero)."""
+    from afm.demo.recipe import RL_KNOBS
+
+    batch = max(1, min(int(RL_KNOBS["TRAIN_BATCH_SIZE"]), kept))
+    return {"TRAIN_BATCH_SIZE": batch, "MINI_BATCH_SIZE": max(1, min(mini_batch, batch))}
 
 
 def rl_refill_cap(env: dict[str, str] | None = None) -> str:

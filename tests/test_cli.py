@@ -43,13 +43,16 @@ def test_llamafactory_version_range():
 
 @pytest.mark.slow
 def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
-    """The README's main job on a small profile, every stage for real: teacher distillation with the servers and
-    sandbox, masked SFT, RL selection, one DAPO step through verl on the CPU, afm eval after each, the report.
+    """The README's main job with the default SFT and a small RL and eval, every stage for real: teacher
+    distillation with the servers and sandbox, masked SFT, RL selection, one DAPO step through verl on the CPU,
+    afm eval after each, the report.
 
-    What the student learns in ~180 steps is the trajectory format and which tool a family needs, not yet to copy
-    numbers and names (that emerges after some 300-800 steps; the default and --full runs measure it, see
-    benchmarks/RESULTS.md). A broken pipeline (every label masked, the eval prompt not the training prompt, tools
-    not wired) fails here: the SFT student must call the family's tool and get its observation back."""
+    The student must learn: held-out macro accuracy after SFT at least 25%, one family's worth, from 0% untrained. A
+    broken pipeline (every label masked, the eval prompt not the training prompt, tools not wired, observations
+    trained on) scores 0: the answers are invented facts only the tools return, so the student must call each
+    family's tools and copy from their observations. Not higher: which copies a 520-step student gets right varies
+    from run to run (the demo site's random port is part of the data); this world measured 57%, 97.5% and 100%
+    (benchmarks/RESULTS.md 2026-11-26 afternoon)."""
     from afm.quickstart import Profile, run
     from afm.quickstart_rl import rl_python
 
@@ -58,24 +61,23 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
         with_rl = True
     except FileNotFoundError:  # AFM_SKIP_RL=1 runs: scripts/test.sh installs .venv-rl otherwise
         with_rl = False
-    # A 180-step student solves (almost) nothing, so DAPO's group filter would find no group to learn from and the
-    # quickstart would skip RL (see test_rl_is_skipped_when_no_group_can_carry_a_gradient): train on them anyway.
+    # DAPO learns from questions the SFT policy solves in some samples only; with 12 questions x 4 samples there is
+    # almost always one, and the step trains on the others too rather than refill (FILTER_GROUPS=false)
     monkeypatch.setenv("FILTER_GROUPS", "false")
-    profile = Profile(train_per_family=120, rl_per_family=1, heldout_per_family=4, untrained_limit=2,
-                      sft_epochs=3.0, sft_batch_size=8, rl_samples=2, rl_steps=1)
+    profile = Profile(rl_per_family=3, heldout_per_family=10, untrained_limit=2, rl_samples=4, rl_steps=1)
     summary = run(tmp_path / "qs", profile, rl=with_rl)
     out = capsys.readouterr().out
     assert "[afm] observation masking" in out and "[8/8] summary" in out
     stages = summary["stages"]
-    assert list(stages) == (["untrained", "sft", "rl"] if with_rl else ["untrained", "sft"])
+    # RL is skipped (and says why) only when the SFT policy solved all 12 RL questions in all of their samples
+    ran_rl = with_rl and "nothing is left for RL to learn" not in summary.get("rl_skipped", "")
+    assert list(stages) == (["untrained", "sft", "rl"] if ran_rl else ["untrained", "sft"]), summary.get("rl_skipped")
     assert set(stages["sft"]) == {"arith", "lookup", "multihop", "calc", "macro"}
-    assert summary["questions"] == {"arith": 4, "lookup": 4, "multihop": 4, "calc": 4}
+    assert summary["questions"] == {"arith": 10, "lookup": 10, "multihop": 10, "calc": 10}
     assert stages["untrained"]["macro"] == 0.0 and summary["tool_calls"]["untrained"]["arith"] == 0
-    loss = [v for _, v in summary["sft_loss"]]
-    assert loss[-1] < loss[0] / 4, loss
+    assert stages["sft"]["macro"] >= 0.25, (stages["sft"], summary["sft_loss"][-1])
     # the format and the tools: every arith question goes to the sandboxed code tool, which runs the program, and
-    # most questions of every family call exactly that family's tools (a student trained on masked-out labels, on
-    # another prompt, or without tool observations does neither)
+    # most questions of every family call exactly that family's tools
     from afm.demo.world import TOOLS_OF
 
     results = [json.loads(line) for line in (tmp_path / "qs" / "eval" / "sft" / "results.jsonl").read_text().splitlines()]
@@ -84,11 +86,11 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     assert all(r["observation_tokens"] > 0 for r in arith)
     for family, tools in TOOLS_OF.items():
         rows = [r for r in results if r["benchmark"] == f"world_{family}"]
-        # a turn that ended with neither a call nor an answer is recorded under the name "" (an invalid call): it is
-        # a formatting slip of a 180-step student, not a call to another family's tool
+        # a turn that ended with neither a call nor an answer is recorded under the name "" (an invalid call): a
+        # formatting slip, not a call to another family's tool
         right = [r for r in rows if {name for name in r["tool_counts"] if name} == set(tools)]
-        assert len(right) >= 3, (family, [r["tool_counts"] for r in rows])
-    if with_rl:
+        assert len(right) >= 7, (family, [r["tool_counts"] for r in rows])
+    if ran_rl:
         assert len(summary["rl_reward"]) == 1 and "rl_vs_sft" in summary["comparisons"]
         # the profile's PPO mini-batch (one prompt: four updates a step) reached verl's config
         assert "actor_rollout_ref.actor.ppo_mini_batch_size=1 " in (tmp_path / "qs" / "rl" / "dapo.log").read_text()
@@ -97,6 +99,14 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     report = (tmp_path / "qs" / "report.md").read_text()
     assert "| sft |" in report and "summary.png" in report
     assert (tmp_path / "qs" / "summary.png").stat().st_size > 10_000
+
+
+def test_dapo_batch_shrinks_to_the_questions_selection_kept():
+    from afm.quickstart import rl_batch_knobs
+
+    assert rl_batch_knobs(27, 1) == {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 1}
+    assert rl_batch_knobs(27, 4) == {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4}
+    assert rl_batch_knobs(2, 4) == {"TRAIN_BATCH_SIZE": 2, "MINI_BATCH_SIZE": 2}
 
 
 def test_rl_is_skipped_when_no_group_can_carry_a_gradient():
@@ -142,10 +152,11 @@ def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
     p = seen["p"]
     assert (p.rl_per_family, p.rl_samples, p.rl_steps, p.rl_lr, seen["rl"]) == (40, 8, 16, 3e-5, True)
     assert p.train_per_family == quickstart.DEFAULT.train_per_family and quickstart.DEFAULT.rl_lr == 3e-5
-    assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "1e-3", "--student-kv-heads", "4",
+    assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "1e-3", "--student-kv-heads", "2",
                  "--student-width", "256", "--rl-mini-batch", "4"]) == 0
     p = seen["p"]
-    assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (1e-3, 4, 256, 2)
+    assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (1e-3, 2, 256, 2)
+    assert quickstart.DEFAULT.student_kv_heads == 4
     assert (p.rl_mini_batch, quickstart.DEFAULT.rl_mini_batch) == (4, 1)
     # --full keeps the shape its figures were measured with
     assert main(["quickstart", "--workdir", str(tmp_path), "--full"]) == 0

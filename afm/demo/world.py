@@ -22,8 +22,8 @@ Every question ends with what must be copied (``Town 4821``, ``Citizen 3315``, `
 two digits), and the teacher's first thought restates it (``<think>Town 4821: I need ...``, ``<think>Compute
 37*48+15 with code.``): the first copy then sits at the same distance from its source in every family, one copy
 pattern instead of four. Before, every default run ended with one family at 0-4% (``arith`` or ``calc``); with this
-shape and the student's ``rope_theta`` at 1e6 the default learned all four on seed 0 (SFT macro 98%), though one
-world in five still stalled (benchmarks/RESULTS.md, 2026-11-26 afternoon).
+shape, the student's ``rope_theta`` at 1e6 and a key/value head per query head, the default learns all four
+(benchmarks/RESULTS.md, 2026-11-26 afternoon).
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
