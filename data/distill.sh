@@ -37,6 +37,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../scripts/knobs.sh
 source "$ROOT/scripts/knobs.sh"
 afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
+afm_take_dry_run "$@"
+set -- "${AFM_ARGS[@]}"
 DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
 
 INPUT="${INPUT:?set INPUT to a .json/.jsonl/.parquet question file}"

@@ -39,6 +39,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../scripts/knobs.sh
 source "$ROOT/scripts/knobs.sh"
 afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
+afm_take_dry_run "$@"
+set -- "${AFM_ARGS[@]}"
 
 task=${1:-}
 RAW_DIR=$(afm_abs "${RAW_DIR:-$ROOT/data/raw}")

@@ -35,6 +35,8 @@ source "$ROOT/scripts/knobs.sh"
 # shellcheck source=../evaluation/tokenizer.sh
 source "$ROOT/evaluation/tokenizer.sh"
 afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
+afm_take_dry_run "$@"
+set -- "${AFM_ARGS[@]}"
 DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
 
 MODE="${MODE:?set MODE to web or code}"

@@ -14,7 +14,7 @@
 #   DATA_ROOT             (built-in)        folder of benchmark files (the original's AFM/data works)
 #   TOOLS_CONFIG          (none)            YAML of tool settings
 #   KEEP_TRAJECTORIES     false             keep every trajectory in RUN_DIR
-#   DRY_RUN               false             true/1/yes/on: print the command, run nothing
+#   DRY_RUN               false             true/1/yes/on (or the --dry-run argument): print the command, run nothing
 #   PYTHON                <repo>/.venv/bin/python if present, else python3
 # Arguments given to a script are appended to `afm eval run` (see: afm eval run --help).
 # TOKENIZER, when unset: the model path evaluation/serve_model.sh recorded for the served MODEL, else
@@ -45,6 +45,8 @@ afm_eval_help() {
 run_eval() {
   local benchmarks="$1"
   shift
+  afm_take_dry_run "$@"
+  set -- "${AFM_ARGS[@]}"
   [[ -n ${MODEL:-} ]] || afm_die "set MODEL (served model name; BACKEND=hf: a model folder); --help lists the knobs"
   local dry_run keep python tokenizer run_dir
   dry_run=$(afm_bool DRY_RUN "${DRY_RUN:-0}")

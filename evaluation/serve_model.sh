@@ -21,6 +21,8 @@ source "$ROOT/scripts/knobs.sh"
 # shellcheck source=tokenizer.sh
 source "$ROOT/evaluation/tokenizer.sh"
 afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
+afm_take_dry_run "$@"
+set -- "${AFM_ARGS[@]}"
 
 MODEL_PATH="${MODEL_PATH:-${AFM_MODEL_PATH:-}}"
 [[ -n $MODEL_PATH ]] || afm_die "set MODEL_PATH (or AFM_MODEL_PATH in environment.sh) to the model to serve"

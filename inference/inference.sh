@@ -37,6 +37,8 @@ source "$ROOT/scripts/knobs.sh"
 # shellcheck source=../evaluation/tokenizer.sh
 source "$ROOT/evaluation/tokenizer.sh"
 afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
+afm_take_dry_run "$@"
+set -- "${AFM_ARGS[@]}"
 
 [[ -n ${INPUT:-} ]] || afm_die "set INPUT to a .json/.jsonl/.parquet question file (bash inference/inference.sh --help)"
 [[ -n ${MODEL:-} ]] || afm_die "set MODEL (served model name, or a model folder with BACKEND=hf)"

@@ -113,6 +113,22 @@ afm_help_if_asked() {
   done
 }
 
+# afm_take_dry_run ARGS...: the one dry-run rule of every launch script: the argument --dry-run means DRY_RUN=1
+# (the RL scripts took it first; a script that passed it on, as the SFT scripts once did to LLaMA-Factory, trained
+# instead). Exports DRY_RUN=1 when --dry-run is among ARGS and leaves the other arguments in AFM_ARGS; the script
+# goes on with: set -- "${AFM_ARGS[@]}"
+afm_take_dry_run() {
+  AFM_ARGS=()
+  local arg
+  for arg in "$@"; do
+    if [[ $arg == --dry-run ]]; then
+      export DRY_RUN=1
+    else
+      AFM_ARGS+=("$arg")
+    fi
+  done
+}
+
 # afm_abs PATH: PATH made absolute against the current directory (empty stays empty).
 afm_abs() {
   if [[ -z $1 || $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "${PWD%/}/${1#./}"; fi

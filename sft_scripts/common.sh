@@ -61,7 +61,8 @@
 #                                         given to the script are appended after them (the last value of a flag wins)
 #   AFM_SFT                 afm-sft       the launcher command (falls back to <repo>/.venv/bin/afm-sft, or
 #                                         $AFM_VENV/bin/afm-sft, when afm-sft is not on PATH)
-#   DRY_RUN                 0             1: print the resolved environment and command, run nothing
+#   DRY_RUN                 0             1 (or the --dry-run argument): print the resolved environment and
+#                                         command, run nothing
 #   MASK_REPORT             0             N > 0: run `afm-sft mask-report --show N` on the same flags (tokenize and
 #                                         mask the data, print the counts and N samples, no model, no GPU) and stop
 #
@@ -129,6 +130,9 @@ afm_launch() {
       exit 0
     fi
   done
+  # --dry-run is DRY_RUN=1, as in the RL scripts; passed on, LLaMA-Factory would ignore it and train.
+  afm_take_dry_run "$@"
+  set -- "${AFM_ARGS[@]}"
   local pair
   for pair in "${AFM_SFT_ALIASES[@]}"; do afm_alias "${pair%%=*}" "${pair#*=}"; done
   afm_warn_unknown_knobs "${AFM_SFT_KNOBS[@]}" "${AFM_SFT_ALIASES[@]#*=}"

@@ -2,7 +2,7 @@
 # DPO of Qwen2.5-32B-Instruct on chosen/rejected Chain-of-Agents trajectories; observations masked in both.
 #
 #   bash sft_scripts/dpo_qwen2.5_32b.sh                                # defaults below
-#   DRY_RUN=1 bash sft_scripts/dpo_qwen2.5_32b.sh                      # print the resolved command, run nothing
+#   DRY_RUN=1 bash sft_scripts/dpo_qwen2.5_32b.sh                      # print the resolved command, run nothing (= --dry-run)
 #   MASK_REPORT=2 bash sft_scripts/dpo_qwen2.5_32b.sh                  # check masking and lengths on the data first
 #   LEARNING_RATE=5e-6 EPOCHS=2 bash sft_scripts/dpo_qwen2.5_32b.sh --max_samples 1000   # knobs + extra LLaMA-Factory flags
 #   NODE_RANK=<0|1> MASTER_ADDR=<node 0 address> bash sft_scripts/dpo_qwen2.5_32b.sh   # on each of the 2 nodes

@@ -370,6 +370,20 @@ def test_launch_logs_exports_and_returns_the_status(tmp_path, fake_launcher):
     assert (out / "training.log").read_text().count("[afm] =====") == 2  # appended, not overwritten
 
 
+@pytest.mark.parametrize("name", ["web_agent/sft_qwen2.5_7b.sh", "dpo_qwen2.5_32b.sh"])
+def test_the_dry_run_argument_prints_and_starts_nothing(tmp_path, fake_launcher, name):
+    """`--dry-run` is DRY_RUN=1 (as in the RL scripts): before, it was handed on to LLaMA-Factory and trained."""
+    out = tmp_path / "out"
+    env = {"AFM_SFT": str(fake_launcher), "OUTPUT_DIR": str(out), "CUDA_VISIBLE_DEVICES": "0", "DEEPSPEED_CONFIG": ""}
+    proc = run_script(name, env, args=("--dry-run",), dry_run=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "[afm] command:" in proc.stdout and "--dry-run" not in command_args(proc.stdout)
+    assert "fake-launcher args" not in proc.stdout and not out.exists()  # nothing started, no log written
+    # other arguments still reach LLaMA-Factory, in their order
+    proc = run_script(name, env, args=("--max_samples", "8", "--dry-run"), dry_run=False)
+    assert flags(command_args(proc.stdout))["max_samples"] == "8" and not out.exists()
+
+
 def test_other_node_ranks_log_to_their_own_file(tmp_path, fake_launcher):
     out = tmp_path / "run"
     env = {"AFM_SFT": str(fake_launcher), "OUTPUT_DIR": str(out), "NNODES": "2", "NODE_RANK": "1",

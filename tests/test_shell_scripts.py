@@ -110,6 +110,21 @@ def test_dry_run_is_one_boolean_rule(script, value, tmp_path):
 
 
 @pytest.mark.parametrize("script", sorted(DRY_RUN_CASES))
+def test_the_dry_run_argument_is_dry_run_1(script, tmp_path):
+    """`--dry-run` and DRY_RUN=1 are one rule in every launch script (as in the RL scripts): the command is printed,
+    nothing starts, and the argument is not handed on to the command."""
+    fake = _fake_python(tmp_path)
+    args = ("--dry-run", "demo") if script == "data/prepare_rl.sh" else ("--dry-run",)
+    env = {**DRY_RUN_CASES[script], "PYTHON": str(fake), "AFM": str(fake), "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    (tmp_path / "vllm").symlink_to(fake)
+    proc = _run(script, *args, cwd=tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert str(fake) in proc.stdout or "vllm serve" in proc.stdout  # the command is printed
+    assert "--dry-run" not in proc.stdout
+    assert not (tmp_path / "launched").exists()  # ... and not run
+
+
+@pytest.mark.parametrize("script", sorted(DRY_RUN_CASES))
 def test_a_bad_dry_run_value_is_refused(script, tmp_path):
     fake = _fake_python(tmp_path)
     args = ("demo",) if script == "data/prepare_rl.sh" else ()

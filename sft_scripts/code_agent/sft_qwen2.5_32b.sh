@@ -4,7 +4,7 @@
 # Two nodes as in the original: run it on each node with NODE_RANK (or RANK) and MASTER_ADDR set.
 #
 #   bash sft_scripts/code_agent/sft_qwen2.5_32b.sh                      # defaults below
-#   DRY_RUN=1 bash sft_scripts/code_agent/sft_qwen2.5_32b.sh            # print the resolved LLaMA-Factory flags, run nothing
+#   DRY_RUN=1 bash sft_scripts/code_agent/sft_qwen2.5_32b.sh            # print the resolved LLaMA-Factory flags, run nothing (= --dry-run)
 #   MASK_REPORT=2 bash sft_scripts/code_agent/sft_qwen2.5_32b.sh        # check masking and lengths on the data first
 #   LEARNING_RATE=5e-6 EPOCHS=2 bash sft_scripts/code_agent/sft_qwen2.5_32b.sh --max_samples 1000   # knobs + extra LLaMA-Factory flags
 #
