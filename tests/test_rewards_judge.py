@@ -53,6 +53,7 @@ def make_judge(llm, tmp_path):
         judge.close()
 
 
+# The grammar of afm/rewards/verdict.py: what is a verdict, and what is refused (None: retried, never scored).
 @pytest.mark.parametrize(("reply", "expected"), [
     (CORRECT, True),
     (INCORRECT, False),
@@ -68,14 +69,63 @@ def make_judge(llm, tmp_path):
     ("INCORRECT", False),
     ("Yes", True),
     ("no.", False),
-    ("The prediction does not match the gold answer.", False),
     ("Analysis: both refer to Paris.\nJudgement: correct", True),
-    ("The prediction is incorrect; the correct answer is Paris.", None),  # contradicting words: retry
+    ("**Judgement:** incorrect", False),
+    ("Judgement: correct, because both name Paris", True),
+    ('{"judgement": "Correct."}', True),
+    ("Both name Paris.\n\n**Correct**", True),  # reasoning, then a line that is only a verdict
+    ("the template opened the reasoning</think>\nIncorrect", False),
+    # Refused: prose, hedges, partial verdicts, error pages and echoed skeletons are no verdict.
+    ("The prediction does not match the gold answer.", None),  # prose, however clear it may look
+    ("The prediction is incorrect; the correct answer is Paris.", None),
+    ("The correct answer is Lyon, not Paris.", None),
+    ("I cannot determine whether the answer is correct.", None),
+    ("Not sure; it might be correct.", None),
+    ('{"rationale": "...", "judgement": "partially correct"}', None),
+    ('{"rationale": "x", "judgement": "correct" or "incorrect"}', None),  # the prompt's skeleton, echoed
+    ('{"verdict": "yes", "is_correct": false}', None),  # verdicts that disagree
+    ('{"judgement": "correct"}\n{"judgement": "incorrect"}', None),
+    ('{"answer": "Paris"}', None),
+    ("no healthy upstream", None),  # a proxy's error body sent with HTTP 200
+    ("<html><body>502 Bad Gateway</body></html>", None),
+    ("<think>it is correct", None),  # reasoning cut off before any verdict
     ("I am not sure.", None),
     ("", None),
 ])
 def test_parse_verdict(reply, expected):
     assert parse_verdict(reply)[0] is expected
+
+
+NON_VERDICTS = ["no healthy upstream", "The correct answer is Lyon, not Paris.",
+                "I cannot determine whether the answer is correct.", "Not sure; it might be correct.",
+                json.dumps({"rationale": "...", "judgement": "partially correct"})]
+
+
+@pytest.mark.parametrize("reply", NON_VERDICTS)
+def test_non_verdict_is_an_infra_failure_never_cached_and_rescored_after_recovery(make_judge, llm, tmp_path, reply):
+    from afm.kvcache import open_cache
+
+    cache_path = tmp_path / "judge.sqlite"
+    judge = make_judge(max_retries=2, cache=str(cache_path))
+    llm.rules({"match": ".", "content": reply})  # every attempt answers HTTP 200 with this text
+    failed = compute_score("gaia", ANSWER, GT, judge=judge)
+    assert failed["infra_error"] == 1.0 and failed["method"] == "em_f1_fallback", failed
+    assert "no verdict in judge reply" in failed["error"]
+    assert len(llm.requests()) == 3  # retried per the judge's policy: 1 + max_retries
+    cache = open_cache(str(cache_path), namespace="judge")
+    try:
+        assert len(cache) == 0
+    finally:
+        cache.close()
+    llm.rules()  # the judge recovers: the default reply is a verdict again
+    llm.set_default(CORRECT)
+    again = compute_score("gaia", ANSWER, GT, judge=judge)
+    assert (again["acc"], again["infra_error"], again["method"]) == (1.0, 0.0, "judge"), again
+    assert json.loads(again["details"])["cached"] is False
+    assert len(llm.requests()) == 4
+    cached = compute_score("gaia", ANSWER, GT, judge=judge)  # now a real verdict is what the cache holds
+    assert cached["acc"] == 1.0 and json.loads(cached["details"])["cached"] is True
+    assert len(llm.requests()) == 4
 
 
 def test_valid_json_verdict_and_request_contents(make_judge, llm):

@@ -7,8 +7,11 @@ async callers in any event loop (verl's reward workers, the evaluator) all go th
 - **Prompt**: question, gold answer(s) and the prediction (the last ``<answer>`` body); the judge replies with a
   short rationale and ``correct``/``incorrect`` as JSON. :data:`PROMPT_VERSION` changes whenever the wording does,
   which invalidates cached verdicts.
-- **Parsing**: :func:`afm.rewards.verdict.parse_verdict` (fences, prose, single quotes, plain yes/no).
-- **Retries**: 408/409/425/429/5xx, timeouts, connection errors, malformed bodies and unparsable verdicts are
+- **Parsing**: :func:`afm.rewards.verdict.parse_verdict`, whose docstring is the grammar afm accepts (a JSON
+  ``judgement``, a ``judgement: <word>`` line, or a line that is only a verdict word). A reply outside it (prose,
+  "partially correct", an error page sent with HTTP 200) is no verdict: it is retried like a failed request, never
+  cached, and when every attempt gives none the sample is an infrastructure failure (``infra_error``), not a 0.
+- **Retries**: 408/409/425/429/5xx, timeouts, connection errors, malformed bodies and replies with no verdict are
   retried with exponential backoff and jitter (``Retry-After`` honoured up to ``max_backoff``); other 4xx fail at
   once. A judge that still fails yields a :class:`Verdict` with ``correct=None`` and the error, never an exception.
 - **Cache**: :mod:`afm.kvcache` (SQLite file or Redis URL), keyed by (model, prompt version, k, question, golds,

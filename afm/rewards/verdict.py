@@ -1,10 +1,26 @@
-"""Read a correct/incorrect verdict out of an LLM judge's reply, however it was wrapped.
+"""Read a correct/incorrect verdict out of an LLM judge's reply, or refuse to.
 
-Handled: a JSON object (possibly inside ```` ``` ```` fences, with prose around it, with single quotes, or broken
-like the original's skeleton with a missing quote); ``<think>`` blocks before the answer; plain one-word replies
-(correct/incorrect, yes/no, true/false, right/wrong); a last line such as ``Judgement: incorrect``. Negative
-words are always tested before positive ones, so "incorrect" or "not correct" can never read as "correct". A reply
-with no verdict, or with contradicting verdict words, gives ``None`` (the judge retries).
+A reply that holds no clear verdict is not a verdict: :func:`parse_verdict` returns ``None`` and the judge treats it
+like a failed request (retried, never cached, an infrastructure failure when every attempt fails). Nothing is
+guessed from prose: an HTTP 200 with "no healthy upstream", "The correct answer is Lyon, not Paris." or "Not sure;
+it might be correct." is no verdict.
+
+The grammar (after dropping ``<think>...</think>`` and anything before a lone ``</think>``); the first form that
+occurs in the reply decides, and every verdict that form holds must be readable and agree, else ``None``:
+
+1. **JSON object** (also inside ```` ``` ```` fences, with prose around it, or a Python dict with single quotes):
+   the objects that have a verdict key (:data:`VERDICT_KEYS`, any case). Each such key must hold a bool, ``0``/``1``
+   or a string that is exactly a verdict word. ``{"judgement": "partially correct"}`` is no verdict.
+2. **Key and value**: ``judgement: correct``, ``**Verdict:** incorrect``, or ``"judgement": "incorrect"`` inside an
+   object that does not parse (the original's prompt skeleton lacks a closing quote, and judges copy it). The
+   whole value must be a verdict word; a quoted value must end its field (so an echoed skeleton
+   ``"judgement": "correct" or "incorrect"`` is no verdict).
+3. **Verdict line**: a line that is nothing but a verdict word (``Correct.``, ``**No**``, a reasoning paragraph
+   followed by ``Incorrect``).
+
+Verdict words (:data:`VERDICT_WORDS`; case, surrounding spaces, quotes, ``*``, ``_``, backticks and one final ``.``
+or ``!`` are ignored): correct, yes, true, right, equivalent -> correct; incorrect, not correct, wrong, no, false,
+not equivalent, inequivalent -> incorrect.
 """
 
 from __future__ import annotations
@@ -14,28 +30,28 @@ import json
 import re
 from typing import Any
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_VERDICT_KEYS = ("judgement", "judgment", "verdict", "is_correct", "correct", "correctness", "result", "decision",
-                 "label", "grade", "equivalent", "answer")
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+VERDICT_KEYS = ("judgement", "judgment", "verdict", "is_correct", "correct", "correctness", "equivalent",
+                "is_equivalent", "decision")
 _RATIONALE_KEYS = ("rationale", "reasoning", "reason", "explanation", "analysis")
-_NEG_OBJ = r"(?:correct|equivalent|match\w*|same|equal|right)"
-_NEGATIVE = re.compile(rf"\b(incorrect|wrong|false|no|inequivalent|unequal|mismatch\w*|"
-                       rf"not\s+(?:\w+\s+)?{_NEG_OBJ}|(?:is|does|are|do)n'?t\s+(?:\w+\s+)?{_NEG_OBJ})\b",
-                       re.IGNORECASE)
-_POSITIVE = re.compile(r"\b(correct|right|true|yes|equivalent|match(?:es)?)\b", re.IGNORECASE)
-_KEY_VALUE = re.compile(r"[\"']?(?:judge?ment|verdict|correctness|is_correct)[\"']?\s*[:=]\s*[\"']?\s*"
-                        r"(not\s+correct|[A-Za-z]+)", re.IGNORECASE)
-_LABEL_LINE = re.compile(r"^\W*(?:final\s+)?(?:judge?ment|verdict|answer|decision|result)\W*\s*[:=-]\s*(.+)$",
-                         re.IGNORECASE | re.MULTILINE)
+VERDICT_WORDS: dict[str, bool] = {
+    "correct": True, "yes": True, "true": True, "right": True, "equivalent": True,
+    "incorrect": False, "not correct": False, "wrong": False, "no": False, "false": False,
+    "not equivalent": False, "inequivalent": False,
+}
+_KEY_NAMES = "|".join(k for k in VERDICT_KEYS if k != "correct" and k != "equivalent")
+# A quoted value must close its field ("," "}" or the end of the line follows); an unquoted one runs to the line's end.
+_KEY_VALUE = re.compile(rf"""\b(?:{_KEY_NAMES})["'*_]*\s*[:=]\s*(?:"(?P<dq>[^"\n]*)"(?=\s*(?:[,}}]|$))"""
+                        rf"""|'(?P<sq>[^'\n]*)'(?=\s*(?:[,}}]|$))|(?P<bare>[^"'\n,}}][^\n,}}]*))""",
+                        re.IGNORECASE | re.MULTILINE)
 
 
-def word_verdict(text: str) -> bool | None:
-    """Polarity of a short verdict phrase: False when any negative word occurs, True for a positive one, else None."""
-    if _NEGATIVE.search(text):
-        return False
-    if _POSITIVE.search(text):
-        return True
-    return None
+def verdict_word(text: str) -> bool | None:
+    """The verdict a string states when it is exactly a verdict word (see the module docstring), else None."""
+    word = text.strip().strip("*_`\"' \t").strip()
+    if word[-1:] in (".", "!"):
+        word = word[:-1].strip("*_`\"' \t")
+    return VERDICT_WORDS.get(" ".join(word.split()).lower())
 
 
 def _value_verdict(value: Any) -> bool | None:
@@ -44,8 +60,15 @@ def _value_verdict(value: Any) -> bool | None:
     if isinstance(value, (int, float)) and value in (0, 1):
         return bool(value)
     if isinstance(value, str):
-        return word_verdict(value)
+        return verdict_word(value)
     return None
+
+
+def _agreed(verdicts: list[bool | None]) -> bool | None:
+    """The one verdict all of ``verdicts`` state; None when any is unreadable or they disagree."""
+    if not verdicts or any(v is None for v in verdicts) or len(set(verdicts)) != 1:
+        return None
+    return verdicts[0]
 
 
 def _json_objects(text: str) -> list[dict[str, Any]]:
@@ -85,6 +108,12 @@ def _matching_brace(text: str, start: int) -> int | None:
     return None
 
 
+def _strip_reasoning(text: str) -> str:
+    if "</think>" in text.lower():  # the template opened <think> in the prompt: only what follows is the reply
+        text = text[text.lower().rindex("</think>") + len("</think>"):]
+    return _THINK.sub("", text).strip()
+
+
 def parse_verdict(text: str) -> tuple[bool | None, str]:
     """``(verdict, rationale)`` from a judge reply; verdict is None when the reply holds no clear verdict.
 
@@ -92,38 +121,24 @@ def parse_verdict(text: str) -> tuple[bool | None, str]:
     (True, 'same city')
     >>> parse_verdict("Incorrect.")[0]
     False
+    >>> parse_verdict("The correct answer is Lyon, not Paris.")[0] is None
+    True
     """
-    text = _THINK.sub("", text or "").strip()
+    text = _strip_reasoning(text or "")
     if not text:
         return None, ""
-    for obj in reversed(_json_objects(text)):
+    keyed = []
+    for obj in _json_objects(text):
         lowered = {str(k).strip().lower(): v for k, v in obj.items()}
-        rationale = next((str(lowered[k]) for k in _RATIONALE_KEYS if k in lowered), "")
-        for key in _VERDICT_KEYS:
-            if key in lowered:
-                verdict = _value_verdict(lowered[key])
-                if verdict is not None:
-                    return verdict, rationale
-    matches = _KEY_VALUE.findall(text)
-    if matches:
-        verdict = word_verdict(matches[-1])
-        if verdict is not None:
-            return verdict, text
-    labels = _LABEL_LINE.findall(text)
-    if labels:
-        verdict = word_verdict(labels[-1])
-        if verdict is not None:
-            return verdict, text
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    # A short reply, or a short last line, that is only a verdict ("Correct.", "**No**").
-    for candidate in (text, lines[-1] if lines else ""):
-        words = re.findall(r"[A-Za-z]+", candidate)
-        if 0 < len(words) <= 3:
-            verdict = word_verdict(candidate)
-            if verdict is not None:
-                return verdict, text
-    # "does not match" holds a positive word: only count positives outside negative phrases.
-    negative, positive = bool(_NEGATIVE.search(text)), bool(_POSITIVE.search(_NEGATIVE.sub(" ", text)))
-    if negative != positive and len(text) < 400:
-        return positive, text
-    return None, text
+        if any(k in lowered for k in VERDICT_KEYS):
+            keyed.append(lowered)
+    if keyed:
+        verdict = _agreed([_value_verdict(obj[k]) for obj in keyed for k in VERDICT_KEYS if k in obj])
+        rationale = next((str(keyed[-1][k]) for k in _RATIONALE_KEYS if k in keyed[-1]), "")
+        return verdict, rationale if verdict is not None else text
+    pairs = [m["dq"] if m["dq"] is not None else m["sq"] if m["sq"] is not None else m["bare"]
+             for m in _KEY_VALUE.finditer(text)]
+    if pairs:
+        return _agreed([verdict_word(v) for v in pairs]), text
+    lines = [verdict_word(line) for line in text.splitlines() if line.strip()]
+    return _agreed([v for v in lines if v is not None]), text
