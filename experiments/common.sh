@@ -13,12 +13,15 @@
 #                                       critic, KL 0.001, n=1; configs/verl/ppo.sh; train_ppo_mhqa_agent.sh)
 #   MODEL_PATH              task        HF id or folder of the starting policy: the output of the matching SFT
 #                                       script (web saves/AFM-WebAgent-32B-sft, code saves/AFM-CodeAgent-32B-sft,
-#                                       mhqa saves/AFM-MHQA-Agent-7B-sft); AFM_MODEL_PATH is not read here
+#                                       mhqa saves/AFM-MHQA-Agent-7B-sft); AFM_MODEL_PATH is not read here. Set
+#                                       in the environment (e.g. left over from an SFT run, where it is the base
+#                                       model), it replaces that default for the actor (and the ppo critic): a
+#                                       warning says so
 #   TRAIN_FILES             task        RL parquet(s) from `afm data rl` / data/prepare_rl.sh, comma-separated
 #   VAL_FILES               task        validation parquet(s), comma-separated; "" = no validation
-#   (paths you give - MODEL_PATH, TRAIN_FILES, VAL_FILES, CKPT_DIR, TOOL_CONFIG, AGENT_LOOP_CONFIG, VAL_DATA_DIR,
-#    ROLLOUT_DATA_DIR, RESUME_FROM_PATH - are taken from the current directory when relative; the defaults are
-#    under the repo)
+#   (paths you give - MODEL_PATH, TRAIN_FILES, VAL_FILES, CKPT_DIR, SAVE_MODEL_FOLDER, TOOL_CONFIG,
+#    AGENT_LOOP_CONFIG, VAL_DATA_DIR, ROLLOUT_DATA_DIR, RESUME_FROM_PATH - are taken from the current directory
+#    when relative; the defaults are under the repo)
 #   NNODES                  1           nodes in the Ray cluster (start it with experiments/ray_cluster.sh)
 #   GPUS_PER_NODE           8           GPUs used on each node
 #   ROLLOUT_ENGINE          vllm        vllm | sglang (verl's async server; install the engine in the env) | hf (afm's
@@ -51,15 +54,22 @@
 #   MAX_TURNS               task        multi_turn.max_assistant_turns (web 25, code 8, mhqa 8)
 #   MAX_TOOL_CALLS          MAX_TURNS   multi_turn.max_user_turns (tool responses per trajectory)
 #   MAX_OBS_CHARS           task        multi_turn.max_tool_response_length: characters kept of one observation
-#                                       (web 8192, code 2048, mhqa 4096; verl's default 256 is far too small)
+#                                       (web 8192, code 2048, mhqa 4096). The original set no cap (its verl fork
+#                                       had none; its code tool kept 512x3 = 1536 characters per output). verl 0.9.1
+#                                       always cuts (default 256), so afm sets a cap that the original's
+#                                       observations fit: ten search results or a page summary run a few thousand
+#                                       characters, a crawl that fell back to raw text (8,000) is kept whole; code
+#                                       keeps the tool's 1536 per stream for stdout and stderr together; mhqa fits
+#                                       3 passages x a few queries. Larger values cost response tokens.
 #   AGENT_LOOP              afm_agent   rollout.agent.default_agent_loop (rows' agent_name column wins)
 #   AGENT_LOOP_CONFIG       configs/verl/agent_loops.yaml   where afm_agent is declared
 #   TOOL_CONFIG             configs/verl/tools/<task>.yaml  verl tool yaml of the task
 #   AGENT_NUM_WORKERS       8           agent-loop worker actors
 #   VAL_N                   1           validation samples per prompt
-#   VAL_TEMPERATURE         0.6         validation temperature
-#   VAL_TOP_P               0.95        validation top_p
-#   VAL_DO_SAMPLE           true        false = greedy validation
+#   VAL_TEMPERATURE         0           validation temperature (greedy, as the original: verl's val_kwargs)
+#   VAL_TOP_P               1.0         validation top_p
+#   VAL_DO_SAMPLE           false       true = sampled validation (e.g. VAL_DO_SAMPLE=true VAL_TEMPERATURE=0.6
+#                                       VAL_TOP_P=0.95 VAL_N=16: the paper's avg@16)
 #   VAL_BEFORE_TRAIN        true        validate once before the first step
 #   TEST_FREQ               task        validate every N steps (-1 = never)
 #   SAVE_FREQ               task        checkpoint every N steps (-1 = never; one is also saved at the end)
@@ -73,6 +83,8 @@
 #                                       account) and SWANLAB_LOG_DIR, default $CKPT_DIR/swanlog; pip install
 #                                       -e .[swanlab])
 #   CKPT_DIR                checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME   trainer.default_local_dir (Hydra logs in CKPT_DIR/hydra/)
+#   SAVE_MODEL_FOLDER       ""          the original's name: CKPT_DIR=$SAVE_MODEL_FOLDER/$EXPERIMENT_NAME when
+#                                       CKPT_DIR is unset (a note says so; with CKPT_DIR set it is ignored, warned)
 #   RESUME_MODE             auto        auto (latest checkpoint in CKPT_DIR, else start) | disable | resume_path
 #   RESUME_FROM_PATH        ""          .../global_step_N folder (with RESUME_MODE=resume_path)
 #   MAX_CKPT_TO_KEEP        ""          keep only the newest N actor checkpoints ("" = all)
@@ -210,8 +222,8 @@ AFM_RL_ALIASES=(LR=ACTOR_LR TRAIN_BATCH_SIZE=TRAIN_BS MINI_BATCH_SIZE=PPO_MINI_B
   MODEL_PATH=BASE_MODEL TRAIN_FILES=TRAIN_DATASETS VAL_FILES=VAL_DATASETS TOTAL_EPOCHS=EPOCHS
   TOTAL_TRAINING_STEPS=STEPS MICRO_BATCH_SIZE=PPO_MICRO_BSZ_PER_GPU LOGPROB_MICRO_BATCH_SIZE=LOG_PROB_MICRO_BSZ_PER_GPU
   MAX_PROMPT_LENGTH=max_prompt_length MAX_RESPONSE_LENGTH=max_response_length USE_DYNAMIC_BSZ=use_dynamic_bsz)
-AFM_RL_PATH_KNOBS=(MODEL_PATH TRAIN_FILES VAL_FILES CKPT_DIR TOOL_CONFIG AGENT_LOOP_CONFIG VAL_DATA_DIR
-  ROLLOUT_DATA_DIR RESUME_FROM_PATH)
+AFM_RL_PATH_KNOBS=(MODEL_PATH TRAIN_FILES VAL_FILES CKPT_DIR SAVE_MODEL_FOLDER TOOL_CONFIG AGENT_LOOP_CONFIG
+  VAL_DATA_DIR ROLLOUT_DATA_DIR RESUME_FROM_PATH)
 AFM_RL_USER_PATHS=" "
 AFM_CALLER_DIR=$PWD
 
@@ -252,6 +264,24 @@ afm_rl_algorithm_defaults() {
   esac
 }
 
+# afm_rl_warn_model_path TASK LOCAL_FLAG: MODEL_PATH from the caller's environment (not the original's BASE_MODEL,
+# whose alias note already names it) silently replaced the task's starting policy, the SFT output; an SFT run
+# exports MODEL_PATH for its base model, so one left in the shell would start RL from the base model. One line.
+afm_rl_warn_model_path() {
+  local task=$1 local_flag=$2 default
+  [[ $AFM_RL_USER_PATHS == *" MODEL_PATH "* && -z ${BASE_MODEL:-} && $local_flag == false ]] || return 0
+  default=$(
+    unset MODEL_PATH
+    afm_rl_task_defaults "$task"
+    printf '%s' "$MODEL_PATH"
+  )
+  [[ $MODEL_PATH == "$default" ]] && return 0
+  local who="the actor"
+  [[ $ALGORITHM == ppo ]] && who="the actor and the critic"
+  afm_warn "MODEL_PATH=$MODEL_PATH from the environment replaces this script's starting policy $default (the" \
+    "SFT output) for $who; unset MODEL_PATH to start from the SFT output"
+}
+
 # afm_rl_main TASK SCRIPT_NAME [--dry-run] [hydra overrides ...]
 afm_rl_main() {
   local task=$1 script=$2
@@ -284,6 +314,7 @@ afm_rl_main() {
   [[ ${ROLLOUT_ENGINE:-} == hf ]] && : "${TP:=1}"
   afm_rl_algorithm_defaults "$task"
   afm_rl_task_defaults "$task"
+  afm_rl_warn_model_path "$task" "$local_flag"
 
   # Every knob this shell holds (set, possibly empty) goes to afm/rl/knobs.py, which checks them all, builds the verl
   # command and runs it (or prints it). It runs with the RL environment's python (not PYTHON, the trainer's).

@@ -232,11 +232,24 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     agent_cfg = k.get("AGENT_LOOP_CONFIG", "configs/verl/agent_loops.yaml")
     tool_cfg = k.get("TOOL_CONFIG", f"configs/verl/tools/{task}.yaml")
     agent_workers = k.get("AGENT_NUM_WORKERS", "8")
-    val_n, val_temp, val_top_p = k.get("VAL_N", "1"), k.get("VAL_TEMPERATURE", "0.6"), k.get("VAL_TOP_P", "0.95")
+    # Greedy validation, as the original (its scripts left verl's val_kwargs: temperature 0, top_p 1, do_sample
+    # false): one deterministic score per question. VAL_DO_SAMPLE=true VAL_TEMPERATURE=0.6 VAL_TOP_P=0.95 VAL_N=16
+    # samples instead (the paper's avg@16 for code).
+    val_n, val_temp, val_top_p = k.get("VAL_N", "1"), k.get("VAL_TEMPERATURE", "0"), k.get("VAL_TOP_P", "1.0")
     project = k.get("PROJECT_NAME", "afm_rl")
     experiment = k.get("EXPERIMENT_NAME")
     logger = k.get("LOGGER", "console,tensorboard")
     ckpt_dir = k.get("CKPT_DIR", f"{root}/checkpoints/{project}/{experiment}")
+    # The original's SAVE_MODEL_FOLDER: its scripts saved to $SAVE_MODEL_FOLDER/$EXPERIMENT_NAME.
+    save_folder = k.get("SAVE_MODEL_FOLDER")
+    if save_folder and k.get("CKPT_DIR"):
+        warn(f"SAVE_MODEL_FOLDER (the original's name) is ignored: CKPT_DIR={ckpt_dir} is also set")
+    elif save_folder:
+        ckpt_dir = f"{save_folder.rstrip('/')}/{experiment}"
+        if not ckpt_dir.startswith("/"):
+            ckpt_dir = f"{base('SAVE_MODEL_FOLDER')}/{ckpt_dir.removeprefix('./')}"
+        print(f"[afm]   SAVE_MODEL_FOLDER -> CKPT_DIR={ckpt_dir} (SAVE_MODEL_FOLDER/EXPERIMENT_NAME, as the original "
+              "saved)", file=sys.stderr, flush=True)
     resume_mode, resume_path = k.get("RESUME_MODE", "auto"), k.get("RESUME_FROM_PATH")
     max_ckpt = k.get("MAX_CKPT_TO_KEEP")
     rollout_dir = k.get("ROLLOUT_DATA_DIR")
@@ -253,7 +266,7 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     ppo_max_tokens = k.get("PPO_MAX_TOKEN_LEN", max_len)
     use_dyn = as_bool("USE_DYNAMIC_BSZ", k.get("USE_DYNAMIC_BSZ"))
     overlong = as_bool("OVERLONG_BUFFER", k.get("OVERLONG_BUFFER", "true"))
-    val_sample = as_bool("VAL_DO_SAMPLE", k.get("VAL_DO_SAMPLE", "true"))
+    val_sample = as_bool("VAL_DO_SAMPLE", k.get("VAL_DO_SAMPLE", "false"))
     val_before = as_bool("VAL_BEFORE_TRAIN", k.get("VAL_BEFORE_TRAIN", "true"))
     param_offload = as_bool("PARAM_OFFLOAD", k.get("PARAM_OFFLOAD", "true"))
     opt_offload = as_bool("OPTIMIZER_OFFLOAD", k.get("OPTIMIZER_OFFLOAD", "true"))
@@ -446,8 +459,9 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     if as_bool("SAVE_HF_MODEL", k.get("SAVE_HF_MODEL", "false")) == "true":
         ov += ["actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
                "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]"]
-    # reward: afm's entry through verl's reward loop
-    ov += [f"reward.num_workers={reward_workers}", f"reward.reward_manager.name={reward_manager}",
+    # reward: afm's entry through verl's reward loop; afm_<manager> is verl's manager that also hands compute_score
+    # the agent loop's fields (afm/rl/reward_manager.py)
+    ov += [f"reward.num_workers={reward_workers}", f"reward.reward_manager.name=afm_{reward_manager}",
            f"reward.custom_reward_function.path={reward_path}", f"reward.custom_reward_function.name={reward_fn}",
            f"+reward.custom_reward_function.reward_kwargs.format_mode={format_mode}",
            f"+reward.custom_reward_function.reward_kwargs.infra_fail_limit={infra_limit}"]

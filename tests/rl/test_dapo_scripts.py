@@ -43,7 +43,8 @@ KNOBS = ("MODEL_PATH", "AFM_MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "NNODES", "
          "MINI_BATCH_SIZE", "PYTHON", "OVERLONG_BUFFER_LEN", "VAL_DATA_DIR", "ALGORITHM", "ATTN_IMPL", "LR",
          "GEN_BS", "KL_COEF", "CRITIC_LR", "CRITIC_WARMUP_RATIO", "CRITIC_MAX_TOKEN_LEN", "SWANLAB_LOG_DIR",
          "SWANLAB_MODE", "SWANLAB_PROJECT", "max_prompt_length", "max_response_length", "use_dynamic_bsz",
-         "CLIP_RATIO_LOW", "CLIP_RATIO_HIGH", "SP_SIZE", *ORIGINAL_RL_NAMES)
+         "CLIP_RATIO_LOW", "CLIP_RATIO_HIGH", "SP_SIZE", "SAVE_MODEL_FOLDER", "VAL_N", "VAL_TEMPERATURE",
+         "VAL_TOP_P", "VAL_DO_SAMPLE", *ORIGINAL_RL_NAMES)
 
 
 def run_script(task: str, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -108,7 +109,7 @@ def common_dapo(cfg) -> None:
     assert r.agent.agent_loop_config_path == str(ROOT / "configs/verl/agent_loops.yaml")
     assert r.prompt_length == cfg.data.max_prompt_length and r.response_length == cfg.data.max_response_length
     assert r.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length
-    assert cfg.reward.reward_manager.name == "dapo"
+    assert cfg.reward.reward_manager.name == "afm_dapo"  # verl's dapo + the agent loop's fields (reward_manager.py)
     assert cfg.reward.custom_reward_function.path == str(ROOT / "afm/rewards/score.py")
     assert Path(cfg.reward.custom_reward_function.path).is_file()
     ob = cfg.reward.reward_kwargs.overlong_buffer_cfg
@@ -213,7 +214,7 @@ def test_reward_manager_alternatives(manager):
         env.update(REWARD_MAX_CONCURRENT="16", REWARD_MAX_RPM="600", REWARD_TIMEOUT="90")
     cfg = composed("web", **env)
     verl_validate(cfg)
-    assert cfg.reward.reward_manager.name == manager
+    assert cfg.reward.reward_manager.name == f"afm_{manager}"
     assert "reward_kwargs" not in cfg.reward  # no overlong shaping outside the dapo manager
     if manager == "rate_limited":
         assert (cfg.reward.max_concurrent, cfg.reward.max_rpm, cfg.reward.timeout) == (16, 600, 90)
@@ -356,7 +357,7 @@ def test_mhqa_ppo_recipe_composes_and_validates(tiny_model):
     assert f"actor_rollout_ref.model.path={model}" in default and f"critic.model.path={model}" in default
     assert cfg.trainer.total_epochs == 15 and cfg.trainer.total_training_steps == 1005
     assert cfg.trainer.save_freq == 20 and cfg.trainer.test_freq == 20
-    assert cfg.reward.reward_manager.name == "naive"
+    assert cfg.reward.reward_manager.name == "afm_naive"
     assert cfg.trainer.experiment_name == "ppo_mhqa_agent"
     # the same recipe through the DAPO script's ALGORITHM knob
     assert dry_run_overrides("mhqa", ALGORITHM="ppo") == dry_run_overrides("ppo_mhqa")
@@ -543,7 +544,10 @@ def test_every_original_rl_variable_is_honoured():
         if "alias" in row["how"]:
             assert f"{original} -> " in res.stderr, original
         cfg = compose_cfg(dry_run_overrides("mhqa", **{original: example}))
-        assert same(OmegaConf.select(cfg, reaches[0]), example), (original, reaches[0])
+        got = OmegaConf.select(cfg, reaches[0])
+        if "/$EXPERIMENT_NAME" in row["how"]:  # SAVE_MODEL_FOLDER: the folder of the run's own subfolder
+            got = got.rsplit("/", 1)[0]
+        assert same(got, example), (original, reaches[0])
         checked += 1
     assert checked >= 20
 
@@ -571,3 +575,60 @@ def test_local_profile_and_hf_engine_compose():
     assert gpu.actor_rollout_ref.rollout.name == "hf" and gpu.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
     assert gpu.trainer.device == "cuda"
     assert gpu.actor_rollout_ref.model.use_remove_padding is True  # nothing CPU-specific on a GPU
+
+
+def _not_compared() -> set[str]:
+    """The keys docs/original_mapping.md lists as having no original value to compare."""
+    import re
+
+    text = (ROOT / "docs/original_mapping.md").read_text()
+    block = text.split("<!-- list:rl-not-compared -->", 1)[1].split("<!-- /list -->", 1)[0]
+    return set(re.findall(r"`([a-z0-9_.]+)`", block))
+
+
+@pytest.mark.parametrize("task", ["web", "code", "mhqa", "ppo_mhqa"])
+def test_every_composed_key_is_in_the_mapping(task):
+    """A key the scripts set must be a row of the RL defaults table (compared with the original there) or listed as
+    having no original counterpart: a new setting cannot differ from the original without a word."""
+    table = {backticked(row["Hydra key (afm)"])[0] for row in read_table("rl-defaults")}
+    listed = _not_compared()
+    keys = {o.split("=", 1)[0].lstrip("+") for o in dry_run_overrides(task)}
+    assert not keys - table - listed, sorted(keys - table - listed)
+    assert not table & listed  # one place per key
+
+
+def test_validation_is_greedy_as_in_the_original():
+    """The original validated with verl's val_kwargs (temperature 0, do_sample false); afm sampled at 0.6 / 0.95."""
+    vk = composed("code").actor_rollout_ref.rollout.val_kwargs
+    assert (vk.temperature, vk.top_p, vk.do_sample, vk.n) == (0, 1.0, False, 1)
+    vk = composed("code", VAL_DO_SAMPLE="true", VAL_TEMPERATURE="0.6", VAL_TOP_P="0.95", VAL_N="16") \
+        .actor_rollout_ref.rollout.val_kwargs
+    assert (vk.temperature, vk.top_p, vk.do_sample, vk.n) == (0.6, 0.95, True, 16)
+
+
+def test_save_model_folder_is_where_the_run_saves(tmp_path):
+    """The original's SAVE_MODEL_FOLDER saved to $SAVE_MODEL_FOLDER/$EXPERIMENT_NAME; it was ignored (the run saved
+    under checkpoints/)."""
+    res = run_script("code", "--dry-run", SAVE_MODEL_FOLDER=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert f"SAVE_MODEL_FOLDER -> CKPT_DIR={tmp_path}/dapo_code_agent" in res.stderr
+    cfg = composed("code", SAVE_MODEL_FOLDER=str(tmp_path), EXPERIMENT_NAME="exp1")
+    assert cfg.trainer.default_local_dir == f"{tmp_path}/exp1"
+    assert cfg.trainer.validation_data_dir == f"{tmp_path}/exp1/validation"
+    # CKPT_DIR, afm's name, wins and the original's is named as ignored
+    res = run_script("code", "--dry-run", SAVE_MODEL_FOLDER=str(tmp_path), CKPT_DIR="/ck")
+    assert "SAVE_MODEL_FOLDER (the original's name) is ignored: CKPT_DIR=/ck" in res.stderr
+    assert "    trainer.default_local_dir=/ck \\\n" in res.stdout
+
+
+def test_a_model_path_from_the_environment_is_warned():
+    """MODEL_PATH (an SFT run's base model, left in the shell) replaced the SFT-output default without a word."""
+    warning = "MODEL_PATH=Qwen/Qwen2.5-7B from the environment replaces this script's starting policy"
+    res = run_script("ppo_mhqa", "--dry-run", MODEL_PATH="Qwen/Qwen2.5-7B")
+    assert res.returncode == 0, res.stderr
+    lines = [line for line in res.stderr.splitlines() if warning in line]
+    assert len(lines) == 1 and "saves/AFM-MHQA-Agent-7B-sft" in lines[0] and "the critic" in lines[0]
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-7B" in res.stdout  # still honoured
+    for env in ({}, {"BASE_MODEL": "Qwen/Qwen2.5-7B"}, {"MODEL_PATH": "saves/AFM-MHQA-Agent-7B-sft"}):
+        assert "from the environment replaces" not in run_script("mhqa", "--dry-run", **env).stderr, env
+
