@@ -32,6 +32,13 @@ infrastructure failures in a row in one process (option, or ``$AFM_INFRA_FAIL_LI
 :data:`DEFAULT_INFRA_FAIL_LIMIT`; 0 disables) it raises :class:`InfrastructureError`, which stops the training
 step. Isolated failures below the limit keep score 0 and show up as the ``infra_error`` metric; any result that is
 not an infrastructure failure resets the count.
+
+**Tool infrastructure failures.** When ``extra_info`` says the rollout's tool calls failed for infrastructure reasons
+(``tool_infra_errors`` with a non-zero count, or ``infra_error`` true: what :mod:`afm.rl.agent_loop` records and
+afm's reward managers pass on, :mod:`afm.rl.reward_manager`), the answer is not graded (no judge call, no sandbox
+run): the result is an infrastructure failure (``infra_error`` 1.0, ``method`` ``tool_infra``, ``error`` naming the
+tools), counted in the streak above. In RL the sample's ``response_mask`` is all 0 and GRPO leaves it out of its
+group, so its score 0 trains nothing (see :mod:`afm.rl.agent_loop`).
 """
 
 from __future__ import annotations
@@ -77,8 +84,8 @@ class _InfraStreak:
             count = self.count
         if limit > 0 and count >= limit:
             raise InfrastructureError(
-                f"{count} infrastructure failures in a row (last: {data_source}: {error or 'no detail'}); the sandbox "
-                f"or the judge is down, so rewards would all be 0. Fix it and resume, or raise infra_fail_limit "
+                f"{count} infrastructure failures in a row (last: {data_source}: {error or 'no detail'}); a tool "
+                f"server, the sandbox or the judge is down, so rewards would all be 0. Fix it and resume, or raise infra_fail_limit "
                 f"(INFRA_FAIL_LIMIT of experiments/*.sh, or ${INFRA_LIMIT_ENV}; 0 disables this check).")
 
 
@@ -96,6 +103,24 @@ def infra_fail_limit(options: Mapping[str, Any]) -> int:
         raise ValueError(f"infra_fail_limit must be an integer >= 0, got {value!r}")
     return limit
 PRED_LIMIT = 4000  # characters of ``pred`` kept in the result (whole programs can be long)
+
+
+def tool_infra_failure(extra_info: Mapping[str, Any]) -> str:
+    """Why the rollout's tools failed for infrastructure reasons, read from ``extra_info``; ``""`` if they did not."""
+    counts = extra_info.get("tool_infra_errors")
+    if isinstance(counts, Mapping):
+        failed = {str(k): v for k, v in counts.items() if v}
+        if failed:
+            return "tool infrastructure failure: " + ", ".join(f"{k} x{v}" for k, v in sorted(failed.items()))
+    flag = extra_info.get("infra_error")
+    if flag is not None and not isinstance(flag, str) and bool(flag):
+        return "tool infrastructure failure"
+    return ""
+
+
+def _tool_infra_result(reason: str) -> dict[str, Any]:
+    # not graded: the trajectory says nothing about the answer the policy would give with working tools
+    return {"acc": 0.0, "score": 0.0, "pred": "", "method": "tool_infra", "error": reason, "infra_error": True}
 
 
 def _prepare(data_source: str, solution_str: str, ground_truth: Any,
@@ -198,6 +223,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     """Score one response (verl's custom reward signature); see the module docstring for keys and options."""
     spec, gt, info = _prepare(data_source, solution_str, ground_truth, extra_info)
     post = _post_options(options, info, spec.name)
+    reason = tool_infra_failure(info)
+    if reason:
+        return _finish(_tool_infra_result(reason), spec, solution_str, post)
     fn = spec.resolve()
     raw = fn(solution_str, gt, data_source=spec.name, extra_info=info, **options)
     if asyncio.iscoroutine(raw):
@@ -210,6 +238,9 @@ async def compute_score_async(data_source: str, solution_str: str, ground_truth:
     """Async form of :func:`compute_score`: judges are awaited, blocking scorers run in a worker thread."""
     spec, gt, info = _prepare(data_source, solution_str, ground_truth, extra_info)
     post = _post_options(options, info, spec.name)
+    reason = tool_infra_failure(info)
+    if reason:
+        return _finish(_tool_infra_result(reason), spec, solution_str, post)
     kwargs = {"data_source": spec.name, "extra_info": info, **options}
     afn = spec.resolve_async()
     if afn is not None:

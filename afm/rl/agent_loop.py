@@ -16,12 +16,26 @@ One trajectory:
 4. return the sampled ids and observation ids exactly as generated/encoded, ``response_mask`` (1 sampled, 0
    observation), ``response_logprobs`` when ``rollout.calculate_log_probs`` is on, and per-trajectory fields.
 
-``extra_fields`` (they reach the reward function's ``extra_info`` through verl's ``tool_extra_fields``):
-``finish_reason`` (answer|eos|max_turns|max_tokens|timeout|error), ``turns`` (generations), ``tool_calls``
-({name: n}), ``tool_errors`` ({name: n} of calls whose status is not ok/duplicate), ``tool_status``
-({status: n}), ``tools`` (enabled tool names), ``observation_tokens``, ``model_tokens``, ``tool_latency_s``,
-``error``, plus ``turn_scores``/``tool_rewards`` (empty, as in ``tool_agent``) and the server's global-step fields.
+``extra_fields``: ``finish_reason`` (answer|eos|max_turns|max_tokens|timeout|error), ``turns`` (generations),
+``tool_calls`` ({name: n}), ``tool_errors`` ({name: n} of calls whose status is not ok/duplicate), ``tool_status``
+({status: n}), ``tool_infra_errors`` ({name: n} of calls that failed for infrastructure reasons: the tool's server
+unreachable, 5xx, its timeout, after the agent core's retries), ``infra_error`` (any such call), ``tools`` (enabled
+tool names), ``observation_tokens``, ``model_tokens``, ``tool_latency_s``, ``error``, plus
+``turn_scores``/``tool_rewards`` (empty, as in ``tool_agent``) and the server's global-step fields.
 ``metrics``: ``generate_sequences`` (seconds in generation), ``tool_calls`` (seconds in tools), ``num_preempted``.
+
+Where they go: verl scores each trajectory as it finishes, handing the reward manager the fields as
+``tool_extra_fields`` and the turn count as ``__num_turns__``. afm's reward managers (``afm_dapo``, ``afm_naive``,
+``afm_rate_limited``, :mod:`afm.rl.reward_manager`, what ``REWARD_MANAGER`` selects) put every field, and
+``num_turns``, into the reward function's ``extra_info``; verl's own ``dapo`` manager would pass none of them, its
+``rate_limited`` no ``num_turns``.
+
+**A tool infrastructure failure is not a wrong answer.** A trajectory with ``infra_error`` is still returned (so it
+is scored and counted), but with ``response_mask`` all 0: none of its tokens carries a gradient. ``compute_score``
+reads ``infra_error`` from ``extra_info`` and returns an infrastructure failure without grading the answer
+(``infra_error`` 1.0, counted towards ``INFRA_FAIL_LIMIT``; :mod:`afm.rewards.score`), and afm's patch of verl's GRPO
+(:func:`afm.rl.local.patches.patch_grpo_skip_masked_rows`) leaves rows whose mask is all 0 out of their group's mean
+and std, so the failed sample neither trains nor moves the advantages of the samples it is grouped with.
 """
 
 from __future__ import annotations
@@ -239,16 +253,22 @@ class AfmAgentLoop(AgentLoopBase):
         if want_logprobs:
             logprobs = [lp for s in traj.segments
                         for lp in (s.logprobs if s.logprobs is not None else [0.0] * len(s.ids))][:limit]
-        counts, errors, statuses = traj.tool_counts(), {}, {}
+        counts, errors, statuses, infra = traj.tool_counts(), {}, {}, {}
         for rec in traj.tool_calls:
             statuses[rec.status] = statuses.get(rec.status, 0) + 1
             if rec.status not in OK_STATUSES:
                 errors[rec.name] = errors.get(rec.name, 0) + 1
+            if getattr(rec, "infra", False):  # ToolCallRecord.infra (afm.agent.record); absent = not known
+                infra[rec.name] = infra.get(rec.name, 0) + 1
+        if infra:
+            # the sample says nothing about the policy: no token of it is trained on (module docstring)
+            response_mask = [0] * len(response_mask)
         tool_s = sum(rec.latency_s for rec in traj.tool_calls)
         extra = {
             **backend.extra_fields,
             "finish_reason": traj.finish_reason, "turns": traj.turns, "tools": list(enabled),
             "tool_calls": counts, "tool_errors": errors, "tool_status": statuses,
+            "tool_infra_errors": infra, "infra_error": bool(infra),
             "observation_tokens": traj.n_observation_tokens, "model_tokens": traj.n_model_tokens,
             "tool_latency_s": tool_s, "error": traj.error,
             "logprobs_missing": bool(want_logprobs and any(s.kind == "model" and s.logprobs is None

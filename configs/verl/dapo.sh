@@ -11,7 +11,8 @@
 #   no KL                     algorithm.use_kl_in_reward=False  actor.use_kl_loss=False     no reference model needed
 #   dynamic sampling          algorithm.filter_groups.{enable,metric,max_inflight_gen_batches}
 #                             (V1 trainer only: trainer.use_v1=true)                        drops all-0 / all-1 groups
-#   overlong reward shaping   reward.reward_manager.name=dapo
+#   overlong reward shaping   reward.reward_manager.name=afm_dapo (verl's dapo manager, registered by afm so that
+#                             the reward function also sees the agent loop's fields: afm/rl/reward_manager.py)
 #                             +reward.reward_kwargs.{max_resp_len,overlong_buffer_cfg.*}    see experiments/common.sh
 #
 # filter_groups.metric=acc: our compute_score returns `acc` (the answer alone, 0/1) next to `score` (acc after the

@@ -12,6 +12,7 @@ import functools
 import inspect
 import logging
 import os
+from collections import Counter
 from types import ModuleType
 from typing import Any
 
@@ -157,3 +158,55 @@ def patch_build_replay_buffer(module: ModuleType) -> None:
 
     _build_replay_buffer.__afm_patched__ = True  # type: ignore[attr-defined]
     cls._build_replay_buffer = _build_replay_buffer
+
+
+# verl/trainer/ppo/core_algos.py:267-331 (0.9.1): GRPO's group mean and std take every row of a group, including a
+# row whose response_mask is all 0, which carries no gradient. afm_agent zeroes the mask of a trajectory whose tool
+# calls failed for infrastructure reasons (afm.rl.agent_loop), so that row must not set the baseline of the rows it
+# is compared with either: its reward says nothing about the policy.
+GRPO_FUNCTION = "compute_grpo_outcome_advantage"
+GRPO_SOURCE_MARK = "id2score[index[i]].append(scores[i])"
+
+
+def patch_grpo_skip_masked_rows(module: ModuleType) -> None:
+    """Make GRPO leave rows with an all-zero ``response_mask`` out of their group's mean and std (advantage 0).
+
+    A group that keeps every row computes exactly as before (one call of verl's function, unchanged). A group that
+    lost rows is scored over the rows it kept; one that keeps a single row gives it advantage 0 (nothing to compare
+    it with; verl would give a lone row its raw score as advantage). Applied to the module attribute, which verl's
+    ``compute_advantage`` calls, and to the ``grpo`` entry of the estimator registry.
+    """
+    original = getattr(module, GRPO_FUNCTION)
+    if getattr(original, "__afm_patched__", False):
+        return
+    _check_source(original, GRPO_SOURCE_MARK, f"verl.trainer.ppo.core_algos.{GRPO_FUNCTION}")
+
+    import numpy as np
+    import torch
+
+    @functools.wraps(original)
+    def compute_grpo_outcome_advantage(token_level_rewards: Any, response_mask: Any, index: Any,
+                                       *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        live = response_mask.sum(dim=-1) > 0
+        if bool(live.all()):
+            return original(token_level_rewards, response_mask, index, *args, **kwargs)
+        keys = [str(k) for k in index]
+        alive = live.cpu().tolist()
+        total, kept = Counter(keys), Counter(k for k, a in zip(keys, alive, strict=True) if a)
+        # a group cut down to one row has no baseline left: that row gets advantage 0 as well
+        use = [a and not (kept[k] == 1 < total[k]) for k, a in zip(keys, alive, strict=True)]
+        rows = [i for i, u in enumerate(use) if u]
+        advantages = torch.zeros_like(token_level_rewards, dtype=torch.float32)
+        if rows:
+            picked = torch.tensor(rows, dtype=torch.long, device=token_level_rewards.device)
+            sub, _ = original(token_level_rewards[picked], response_mask[picked], np.asarray(index)[rows],
+                              *args, **kwargs)
+            advantages = advantages.to(sub.dtype)
+            advantages[picked] = sub
+        return advantages, advantages
+
+    compute_grpo_outcome_advantage.__afm_patched__ = True  # type: ignore[attr-defined]
+    setattr(module, GRPO_FUNCTION, compute_grpo_outcome_advantage)
+    registry = getattr(module, "ADV_ESTIMATOR_REGISTRY", None)
+    if isinstance(registry, dict) and registry.get("grpo") is original:
+        registry["grpo"] = compute_grpo_outcome_advantage

@@ -11,7 +11,10 @@ Importing this module:
   its FSDP engines for cuda/npu only, ``workers/engine/fsdp/transformer_impl.py:1143``; the engine code itself is
   device-neutral and asks the platform for the device);
 * applies the patches of :mod:`afm.rl.local.patches` when their modules load (the cpu process group backend,
-  the replay buffer's poll interval, DAPO's cap on refills of filtered groups).
+  the replay buffer's poll interval, DAPO's cap on refills of filtered groups, GRPO groups without the rows whose
+  response mask is all 0);
+* registers afm's reward managers (``afm_dapo``, ``afm_naive``, ``afm_rate_limited``: :mod:`afm.rl.reward_manager`)
+  as soon as verl's reward manager package loads.
 
 verl swallows exceptions raised by plugins (logging them at debug level), so this module logs its own failure as a
 warning before re-raising.
@@ -38,6 +41,10 @@ def _register_adapter(module) -> None:
     module._ROLLOUT_REGISTRY[("hf", "async")] = "afm.rl.local.hf_rollout.HFServerAdapter"
 
 
+def _register_reward_managers(module) -> None:
+    import afm.rl.reward_manager  # noqa: F401  (its classes register themselves with verl's registry)
+
+
 def activate() -> None:
     """Register the local backend with verl (idempotent)."""
     from afm.rl.local import patches
@@ -50,6 +57,8 @@ def activate() -> None:
     when_imported("verl.trainer.ppo.v1.replay_buffer", patches.patch_replay_poll_interval)
     when_imported("verl.trainer.ppo.v1.replay_buffer", patches.patch_replay_refill_cap)
     when_imported("verl.trainer.ppo.v1.trainer_base", patches.patch_build_replay_buffer)
+    when_imported("verl.trainer.ppo.core_algos", patches.patch_grpo_skip_masked_rows)
+    when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_managers)
     if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
         os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 
