@@ -3,13 +3,17 @@
 # (max_model_len 32768, gpu_memory_utilization 0.7), and wait until it answers.
 #
 #   MODEL_PATH=/models/AFM-WebAgent-32B-RL SERVED_NAME=AFM-WebAgent-32B-RL TP=4 PORT=10000 bash evaluation/serve_model.sh
-#   DRY_RUN=1 bash evaluation/serve_model.sh      # print the command only
+#   DRY_RUN=1 bash evaluation/serve_model.sh      # print the command only (or --dry-run)
 #   bash evaluation/serve_model.sh --help         # this text
 #
 # Knobs (environment variables) and defaults:
 #   MODEL_PATH              $AFM_MODEL_PATH   model folder or hub id to serve (relative: from the current directory)
-#   SERVED_NAME             basename of MODEL_PATH   the name clients pass as MODEL
+#   SERVED_NAME             basename of MODEL_PATH   the name clients pass as MODEL (the original fixed it to
+#                           AFM-WebAgent-32B-RL, the name of its RL checkpoint folder, which this default gives for
+#                           that folder; another model is served under its own name, not posing as that one)
 #   TP 1  PORT 10000  HOST 127.0.0.1  MAX_MODEL_LEN 32768  GPU_MEMORY_UTILIZATION 0.7
+#   TRUST_REMOTE_CODE       true      --trust-remote-code, as the original's run_qwen.sh (false: never run Python
+#                           shipped with the checkpoint; Qwen2.5 and the AFM models need none)
 #   LOG                     <repo>/runs/serve/<SERVED_NAME>.log
 # When the server is up, the model path is recorded in <repo>/runs/serve/<SERVED_NAME>.model_path: inference/ and
 # evaluation/ read it as their TOKENIZER default for MODEL=<SERVED_NAME>.
@@ -33,10 +37,12 @@ TP="${TP:-1}"
 PORT="${PORT:-10000}"
 MAX_MODEL_LEN="${MAX_MODEL_LEN:-32768}"
 GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION:-0.7}"
+TRUST_REMOTE_CODE=$(afm_bool TRUST_REMOTE_CODE "${TRUST_REMOTE_CODE:-true}")
 LOG=$(afm_abs "${LOG:-$ROOT/runs/serve/${SERVED_NAME}.log}")
 cmd=(vllm serve "$MODEL_PATH" --served-model-name "$SERVED_NAME" --max-model-len "$MAX_MODEL_LEN"
      --tensor-parallel-size "$TP" --gpu-memory-utilization "$GPU_MEMORY_UTILIZATION" --port "$PORT"
      --host "${HOST:-127.0.0.1}")
+[[ $TRUST_REMOTE_CODE == true ]] && cmd+=(--trust-remote-code)
 echo "[serve] ${cmd[*]}"
 if [[ $DRY_RUN == true ]]; then exit 0; fi
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then

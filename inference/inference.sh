@@ -4,7 +4,7 @@
 #   INPUT=data/questions.jsonl OUTPUT=runs/infer/web.jsonl PROMPT=web_agent \
 #   BASE_URL=http://127.0.0.1:10000/v1 MODEL=AFM-WebAgent-32B-RL TOKENIZER=/models/AFM-WebAgent-32B-RL \
 #   bash inference/inference.sh
-#   DRY_RUN=1 bash inference/inference.sh         # print the command only (DRY_RUN=1/true/yes/on)
+#   DRY_RUN=1 bash inference/inference.sh         # print the command only (DRY_RUN=1/true/yes/on, or --dry-run)
 #   bash inference/inference.sh --help            # this text
 #
 # Knobs (environment variables) and defaults:
@@ -15,11 +15,23 @@
 #   BASE_URL              http://127.0.0.1:10000/v1
 #   TOKENIZER             see below         tokenizer folder or hub id (token budgets are counted with it)
 #   PROMPT                web_agent         system prompt key (web_agent, mhqa, code_agent, math_agent, ...)
-#   TOOLS, TOOLS_CONFIG   (prompt's tools)  comma-separated tool names; YAML of tool settings
-#   N_SAMPLES 1  TEMPERATURE 1.0  TOP_P 0.9  TOP_K 20  SEED (none)
+#   TOOLS, TOOLS_CONFIG   (prompt's tools)  comma-separated tool names; YAML of tool settings (web_agent: web_search,
+#                         crawl_page, as the original's inference_web_agent.py; its verl/inference/inference.sh also
+#                         gave the model code and visual_inspector: PROMPT=afm_all_tools has web_search, crawl_page
+#                         and code; visual_inspector has no afm counterpart)
+#   N_SAMPLES 1  TEMPERATURE 1.0  SEED (none)
+#   TOP_P                 0.9               as inference_web_agent.py (the web_agent prompt's original inference);
+#                                           the original's verl/inference/inference.sh sampled with 0.95
+#   TOP_K                 20                the paper's web evaluation (temperature 1.0, top_p 0.9, top_k 20), as
+#                                           evaluation/eval_web_agent.sh; the original's scripts passed none (the
+#                                           server's default, off): TOP_K=-1 for that
+#   MAX_TURNS             36                generations per trajectory: trajectory_len of inference_web_agent.py
+#                                           (the original's verl/inference/inference.sh: max_turns=10)
 #   CONCURRENCY 64
-#   MAX_TURNS, MAX_TOKENS_PER_TURN, MAX_RESPONSE_TOKENS, MAX_MODEL_LEN   (unset: afm infer's defaults, which are
-#                         the rollout limits of afm.agent.loop.AgentConfig; `afm infer --help` shows them)
+#   MAX_TOKENS_PER_TURN, MAX_RESPONSE_TOKENS, MAX_MODEL_LEN   (unset: afm infer's defaults, which are the rollout
+#                         limits of afm.agent.loop.AgentConfig; `afm infer --help` shows them)
+#   Tool timeouts are the tools yaml's (TOOLS_CONFIG; docs/original_mapping.md, "Tools", compares them with the
+#   original's 500 s)
 #   Q_KEY question  ANSWER_KEY answer
 #   PYTHON                <repo>/.venv/bin/python if present, else python3
 #
@@ -56,6 +68,7 @@ N_SAMPLES="${N_SAMPLES:-1}"
 TEMPERATURE="${TEMPERATURE:-1.0}"
 TOP_P="${TOP_P:-0.9}"
 TOP_K="${TOP_K:-20}"
+MAX_TURNS="${MAX_TURNS:-36}"
 SEED="${SEED:-}"
 CONCURRENCY="${CONCURRENCY:-64}"
 Q_KEY="${Q_KEY:-question}"

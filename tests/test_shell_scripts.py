@@ -135,8 +135,10 @@ def test_a_bad_dry_run_value_is_refused(script, tmp_path):
 
 
 def _printed_flags(stdout: str) -> dict[str, str]:
+    """``--flag value`` pairs of the printed command (its last line); a flag without a value is "true"."""
     argv = stdout.strip().splitlines()[-1].split()
-    return {a[2:]: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+    return {a[2:]: (argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else "true")
+            for i, a in enumerate(argv) if a.startswith("--")}
 
 
 def test_relative_paths_are_taken_from_the_current_directory(tmp_path):
@@ -191,17 +193,51 @@ def test_eval_and_inference_defaults_match_the_mapping_table(tmp_path):
     from mapping_table import backticked, read_table, reason_given, same, value
 
     rows = read_table("eval-defaults")
-    knobs = {"MODEL": "m", "TOKENIZER": "t", "MODEL_PATH": "m", "INPUT": "q.jsonl", "DRY_RUN": "1"}
     for row in rows:
         script = backticked(row["script"])[0]
         flag = re.search(r"--([a-z0-9-]+)", row["knob (reaches)"]).group(1)
         assert reason_given(row["afm"]), row
-        proc = _run(script, cwd=tmp_path, **knobs)
-        assert proc.returncode == 0, proc.stderr
-        flags = _printed_flags(proc.stdout.replace("[serve] ", ""))
+        flags = _defaults_printed(script, tmp_path)
         # a rollout limit is passed only when set: unset, the value is afm infer's default (AgentConfig's)
         got = flags[flag] if flag in flags or script != "inference/inference.sh" else str(_infer_default(flag))
         assert same(got, value(row["afm"])), row
+
+
+EVAL_KNOBS = {"MODEL": "m", "TOKENIZER": "t", "MODEL_PATH": "/models/AFM-WebAgent-32B-RL", "INPUT": "q.jsonl",
+              "DRY_RUN": "1"}
+
+
+def _defaults_printed(script: str, cwd: Path) -> dict[str, str]:
+    """The flags ``script`` passes with its defaults (only the knobs it needs to start are set)."""
+    proc = _run(script, cwd=cwd, **EVAL_KNOBS)
+    assert proc.returncode == 0, proc.stderr
+    return _printed_flags(proc.stdout.replace("[serve] ", ""))
+
+
+def test_every_eval_and_inference_flag_is_in_the_mapping(tmp_path):
+    """A flag these scripts pass is a row of the eval-defaults table (compared with the original there) or listed as
+    having no original value: a new knob cannot differ from the original without a word."""
+    import re
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from mapping_table import backticked, read_table
+
+    rows = read_table("eval-defaults")
+    text = (REPO / "docs/original_mapping.md").read_text()
+    block = text.split("<!-- list:eval-not-compared -->", 1)[1].split("<!-- /list -->", 1)[0]
+    listed: dict[str, set[str]] = {}
+    for line in block.strip().splitlines():
+        names, flags = line.split(":", 1)[0], line.split(":", 1)[1].split(": ", 1)[0]
+        for name in backticked(names):
+            listed.setdefault(name, set()).update(f[2:] for f in backticked(flags))
+    scripts = {backticked(row["script"])[0] for row in rows} | {"evaluation/eval_mhqa.sh"}
+    for script in sorted(scripts):
+        in_table = {re.search(r"--([a-z0-9-]+)", row["knob (reaches)"]).group(1) for row in rows
+                    if backticked(row["script"])[0] == script}
+        free = listed.get("*", set()) | listed.get(script, set())
+        unmapped = set(_defaults_printed(script, tmp_path)) - in_table - free
+        assert not unmapped, (script, sorted(unmapped))
 
 
 def _infer_default(flag: str) -> object:
