@@ -84,7 +84,8 @@ export CRAWL_PAGE_ALLOW="${CRAWL_PAGE_ALLOW:-}"
 export CRAWL_CACHE="${CRAWL_CACHE:-$HOME/.cache/afm/crawl_cache.sqlite}"
 # Summary mode when a request names none: none | once | chunk | page. The original's default was page (the whole
 # page in one call); once is the same call over the first 48,000 characters, so that long pages fit the model
-# (server/tool_server_readme.md, "Coming from the original project").
+# (server/tool_server_readme.md, "Coming from the original project"). afm's RL web tool names its mode itself
+# (configs/verl/tools/web.yaml: once, where the original's verl tool sent page); afm infer and afm eval use this.
 export CRAWL_SUMMARY_TYPE="${CRAWL_SUMMARY_TYPE:-once}"
 # Seconds per crawl request before a 504 (the original: 500; 120 keeps one slow page from stalling an RL step).
 export CRAWL_REQUEST_TIMEOUT="${CRAWL_REQUEST_TIMEOUT:-120}"

@@ -701,6 +701,20 @@ def test_sft_defaults_match_the_mapping_table():
             "EPOCHS", "CUTOFF_LEN", "NNODES"} <= seen
 
 
+def test_every_sft_flag_is_in_the_mapping():
+    """A flag the scripts pass is a row of the SFT defaults table (compared with the original there) or listed as
+    having no original value: a new knob cannot differ from the original without a word."""
+    text = (REPO / "docs/original_mapping.md").read_text()
+    block = text.split("<!-- list:sft-not-compared -->", 1)[1].split("<!-- /list -->", 1)[0]
+    listed = {word[2:] for line in block.splitlines() for word in backticked(line.split(": ", 1)[0])}
+    table = {name for row in read_table("sft-defaults") for kind, name in [_reaches(row["knob (reaches)"])]
+             if kind == "flag"}
+    assert not table & listed  # one place per flag
+    for script in COLUMN_SCRIPTS.values():
+        f, _, _ = dry(script, CUDA_VISIBLE_DEVICES="0", MASTER_ADDR="10.0.0.1")
+        assert not set(f) - table - listed, (script, sorted(set(f) - table - listed))
+
+
 def test_every_original_sft_variable_is_honoured():
     rows = read_table("sft-variables")
     checked = 0
