@@ -9,13 +9,16 @@ import uuid
 
 import httpx
 import pytest
+from encoded_http import EncodedSite, gzip_bomb
 
 from afm.demo_content.web import DEMO_DOCUMENTS
-from afm.servers.crawl_server import normalise_url, split_urls
+from afm.kvcache import open_cache
+from afm.servers.crawl_server import Crawler, CrawlRequest, CrawlSettings, normalise_url, split_urls
 from afm.servers.demo_site import BOILERPLATE_MARKERS, DemoSite
 from afm.servers.fetch import FetchLimits, PageFetcher, body_to_text
 from afm.servers.ssrf import AllowList, UrlPolicy
-from afm.servers.summarize import NO_RELEVANT, cut_text, split_chunks
+from afm.servers.summarize import NO_RELEVANT, Summarizer, SummaryBudget, cut_text, split_chunks
+from afm.servers.worker_metrics import WorkerMetrics
 from afm.testing.openai_standin import StandIn
 from afm.testing.procs import ServerProcess, free_port
 
@@ -353,3 +356,92 @@ def test_jina_reader_is_used_when_keyed(site):
     assert '"_path": "/headers?/https://news.example.org/story?id=7"' in ok.text
     assert ok.final_url == "https://news.example.org/story?id=7"
     assert refused.status == "refused" and refused.via == "jina"  # literal loopback refused before Jina
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The process's peak resident set size (VmHWM) so far."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+def test_stacked_gzip_bombs_are_cut_while_they_stream(tmp_path):
+    # The issue's case: 978 bytes on the wire, 512 MiB decoded (Content-Encoding: gzip, gzip), two in one request.
+    # Before, the server's peak memory grew by about 1 GiB per such page.
+    with EncodedSite() as bombs:
+        wire = gzip_bomb(512, layers=2)
+        urls = [bombs.add(f"/bomb-{i}", wire, "gzip, gzip") for i in range(2)]
+        warm = bombs.add("/warm", b"a small page " * 100)
+        env = {"CRAWL_PAGE_ALLOW": f"127.0.0.1:{bombs.port}", "CRAWL_MAX_BYTES": "1000000", "CRAWL_CACHE": "off"}
+        with crawl_server(tmp_path, env) as srv:
+            assert crawl(srv, urls=[warm], summary_type="none")["success"] is True
+            before = peak_rss_kib(srv.proc.pid)
+            data = crawl(srv, urls=urls, summary_type="none")
+            growth_mib = (peak_rss_kib(srv.proc.pid) - before) / 1024
+    assert len(wire) < 1024
+    for page in data["pages"]:
+        assert page["status"] == "ok" and page["truncated"] is True and page["chars"] == 1_000_000
+    assert data["obs"].count("[Note: the page is larger than 1000000 bytes; only its beginning was read") == 2
+    # Two capped pages (1 MB each, held as bytes and text) and the decoder's 64 KiB steps; 200 MiB is a wide margin.
+    assert growth_mib < 200, f"peak RSS grew by {growth_mib:.0f} MiB"
+
+
+def test_the_policy_runs_before_the_cache_and_the_key_holds_the_allow_list(site, tmp_path):
+    url = f"{site.page_url('quillhaven')}?policy={uuid.uuid4().hex}"
+    path = "/quillhaven.html"
+    start = site_hits(site, path)
+    allowed = {"CRAWL_PAGE_ALLOW": f"127.0.0.1:{site.port},10.0.0.0/8"}
+    with crawl_server(tmp_path, allowed) as a:  # every server here shares tmp_path/crawl.sqlite
+        first = crawl(a, urls=[url], summary_type="none")
+        assert first["pages"][0]["status"] == "ok" and first["pages"][0]["cached"] is False
+        assert crawl(a, urls=[url], summary_type="none")["pages"][0]["cached"] is True
+    assert site_hits(site, path) == start + 1
+    # No allow-list: refused with the policy's reason, although the page sits in the shared cache.
+    with crawl_server(tmp_path, {"CRAWL_PAGE_ALLOW": ""}) as b:
+        refused = crawl(b, urls=[url], summary_type="none")
+        metrics = httpx.get(f"{b.url}/metrics", timeout=5).json()
+    page = refused["pages"][0]
+    assert refused["success"] is False and page["status"] == "refused" and page["cached"] is False
+    assert "not a public address (loopback) and is not allow-listed" in page["error"]
+    assert "Quillhaven" not in refused["obs"] and metrics.get("fetch_cache_hits", 0) == 0
+    # Another allow-list that also admits the page: its own entries, so a fetch rather than the other list's answer.
+    with crawl_server(tmp_path, {"CRAWL_PAGE_ALLOW": "127.0.0.1"}) as c:
+        other = crawl(c, urls=[url], summary_type="none")
+    assert other["pages"][0]["status"] == "ok" and other["pages"][0]["cached"] is False
+    assert site_hits(site, path) == start + 2
+    # The first list written another way is the same list: its entry is found.
+    with crawl_server(tmp_path, {"CRAWL_PAGE_ALLOW": f" 10.0.0.0/8  127.0.0.1:{site.port} "}) as d:
+        same = crawl(d, urls=[url], summary_type="none")
+    assert same["pages"][0]["cached"] is True and same["obs"] == first["obs"]
+    assert site_hits(site, path) == start + 2
+
+
+def test_a_cached_page_whose_redirect_now_resolves_to_a_refused_address_is_refused(site, tmp_path):
+    # Same allow-list, but DNS moved a redirect hop: the cached page must not outlive the check of that hop.
+    answers = {"moving.example": ["127.0.0.1"]}
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return answers[host]
+
+    async def run() -> list[dict]:
+        settings = CrawlSettings(allow=f"127.0.0.1:{site.port}", limits=FetchLimits(timeout_s=10))
+        policy = UrlPolicy(AllowList.parse(settings.allow), resolver=resolver)
+        crawler = Crawler(settings, PageFetcher(policy, settings.limits), Summarizer(None, SummaryBudget()),
+                          open_cache(str(tmp_path / "crawl.sqlite"), "crawl", 3600.0),
+                          WorkerMetrics("crawl", db_path=tmp_path / "metrics.sqlite"))
+        url = f"{site.url}/redirect?to=http://moving.example:{site.port}/veltria.html"
+        req = CrawlRequest(urls=[url], summary_type="none")
+        try:
+            out = [(await crawler.crawl(req, [url]))["pages"][0]]
+            out.append((await crawler.crawl(req, [url]))["pages"][0])
+            answers["moving.example"] = ["10.1.2.3"]
+            out.append((await crawler.crawl(req, [url]))["pages"][0])
+            return out
+        finally:
+            await crawler.aclose()
+
+    fetched, hit, moved = asyncio.run(run())
+    assert fetched["status"] == "ok" and fetched["cached"] is False
+    assert fetched["final_url"] == f"http://moving.example:{site.port}/veltria.html"
+    assert hit["status"] == "ok" and hit["cached"] is True
+    assert moved["status"] == "refused" and moved["cached"] is False
+    assert "which is refused: moving.example resolves to 10.1.2.3, which is not a public address" in moved["error"]

@@ -136,6 +136,16 @@ def test_allow_list_entries_and_their_limits():
             AllowList.parse([bad])
 
 
+def test_allow_list_canonical_form_names_the_list_not_its_spelling():
+    # The crawl cache keys pages by this form: equal lists share entries, any other list gets its own.
+    spec = "127.0.0.1:8080, 10.0.0.0/8 [::1]:9000 WIKI.corp. *.intranet.example 10.1.2.3/8"
+    assert AllowList.parse(spec).canonical() == "*.intranet.example,10.0.0.0/8,127.0.0.1/32:8080,[::1/128]:9000,wiki.corp"
+    assert AllowList.parse("*.intranet.example wiki.corp [::1]:9000 10.0.0.0/8 127.0.0.1:8080").canonical() == \
+        AllowList.parse(spec).canonical()
+    assert AllowList.parse("127.0.0.1").canonical() != AllowList.parse("127.0.0.1:8080").canonical()
+    assert AllowList.parse("").canonical() == "" and AllowList().canonical() == ""
+
+
 def test_syntax_only_check_refuses_local_names():
     # Where no DNS check follows (Jina reader), local names and non-public literals are refused on sight.
     policy = UrlPolicy()

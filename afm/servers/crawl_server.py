@@ -15,15 +15,17 @@ Defaults that differ from the original server, on purpose: ``summary_type`` ``on
 and a 120 s whole-request limit (the original: 500 s); server/tool_server_readme.md says why.
 
 Pages are fetched concurrently under the SSRF policy of :mod:`afm.servers.ssrf` and the caps of
-:mod:`afm.servers.fetch`. Extracted text is cached per URL, summaries per (URL, mode, goal, model), both with a
-TTL, so a new goal re-summarises without fetching again. A request that runs past ``CRAWL_REQUEST_TIMEOUT``
-answers 504. Settings come from environment variables (listed in :class:`CrawlSettings`), so every uvicorn worker
+:mod:`afm.servers.fetch`. The policy runs before any cache look-up. Extracted text is cached per (URL, fetch
+scope: allow-list, route, CAs, caps, format, extractor; see :func:`fetch_scope`), summaries per (text, URL, mode,
+goal, model and its sampling settings, prompts), both with a TTL, so a new goal re-summarises without fetching
+again. A request that runs past ``CRAWL_REQUEST_TIMEOUT`` answers 504. Settings come from environment variables (listed in :class:`CrawlSettings`), so every uvicorn worker
 sees the same ones. Threat model: see :mod:`afm.servers.ssrf`; the server binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -31,6 +33,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -40,7 +43,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from afm.kvcache import KVCache, cache_key, open_cache
 from afm.servers.body import BadRequest, read_json, validate
 from afm.servers.common import EnvReader, create_app, flags_to_env, redact, serve, server_arg_parser
-from afm.servers.fetch import DEFAULT_JINA_BASE_URL, FetchLimits, FetchResult, PageFetcher, tls_context
+from afm.servers.fetch import (
+    DEFAULT_JINA_BASE_URL,
+    FetchLimits,
+    FetchResult,
+    PageFetcher,
+    extractor_version,
+    tls_context,
+)
 from afm.servers.ssrf import ALLOW_ENV, AllowList, UrlPolicy
 from afm.servers.summarize import (
     PROMPT_VERSION,
@@ -56,6 +66,8 @@ from afm.servers.worker_metrics import RUN_ID_ENV, WorkerMetrics, new_run_id
 
 log = logging.getLogger(__name__)
 
+# Part of every crawl cache key: entries written under another format (or by afm before it existed) never match.
+CACHE_FORMAT = 2
 MAX_URL_CHARS = 4096
 _MD_LINK = re.compile(r"^\[[^\]]*\]\((\S+?)\)$")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -169,6 +181,22 @@ def page_block(index: int, url: str, *, text: str = "", kind: str = "", note: st
     return f"Page {index} [{url}] Content:\n" + (f"[Note: {note}]\n" if note else "") + text
 
 
+def fetch_scope(settings: CrawlSettings, fetcher: PageFetcher) -> str:
+    """What a fetched page depends on besides its URL, as one string in every page-cache key: the policy's
+    allow-list, the route (direct or which Jina reader), the trusted CAs, the caps that shape the text, the output
+    format and the extractor. A server whose answer could differ never reads another's entries."""
+    ca = settings.ca_bundle
+    try:
+        ca_id = hashlib.sha256(Path(ca).read_bytes()).hexdigest() if ca else ""
+    except OSError:
+        ca_id = f"unreadable:{ca}"
+    limits = settings.limits
+    return json.dumps({"format": CACHE_FORMAT, "allow": fetcher.policy.allow.canonical(),
+                       "via": fetcher.jina_base_url if fetcher.jina_api_key else "direct", "ca": ca_id,
+                       "max_bytes": limits.max_bytes, "max_redirects": limits.max_redirects,
+                       "output_format": limits.output_format, "extractor": extractor_version()}, sort_keys=True)
+
+
 class Crawler:
     """Fetch, cache and summarise; one per worker process."""
 
@@ -179,6 +207,7 @@ class Crawler:
         self.summarizer = summarizer
         self.cache = cache
         self.metrics = metrics
+        self.fetch_scope = fetch_scope(settings, fetcher)
 
     async def aclose(self) -> None:
         await self.fetcher.aclose()
@@ -231,7 +260,7 @@ class Crawler:
             return PageOutcome(page_block(index, url, error=record["error"]), record)
         truncation = (f"the page is larger than {self.settings.limits.max_bytes} bytes; only its beginning was "
                       "read") if fetched.truncated else ""
-        summary_key = self._summary_key(url, goal, mode, chunk_size)
+        summary_key = self._summary_key(fetched, fetched.final_url or url, goal, mode, chunk_size)
         hit = await self._cache_get(summary_key) if mode != "none" and summary_key else None
         if hit is not None:
             self.metrics.inc("summary_cache_hits")
@@ -249,26 +278,38 @@ class Crawler:
         return PageOutcome(page_block(index, url, text=text, kind=kind, note=note), record)
 
     async def _fetch(self, url: str) -> tuple[FetchResult, bool]:
-        key = cache_key("fetch", 1, "jina" if self.settings.jina_api_key else "direct",
-                        self.settings.limits.output_format, self.settings.limits.max_bytes, url)
+        # The policy first, always: a page another server (another allow-list) cached is no reason to serve it.
+        refused = await self.fetcher.admit(url)
+        if refused is not None:
+            return refused, False
+        key = cache_key("fetch", self.fetch_scope, url)
         hit = await self._cache_get(key)
         if hit is not None:
-            self.metrics.inc("fetch_cache_hits")
-            return FetchResult.from_json(json.loads(hit)), True
+            cached = FetchResult.from_json(json.loads(hit))
+            # Same allow-list, but DNS may have moved a redirect hop somewhere it now refuses: then fetch again,
+            # which gives the refusal with its reason.
+            if await self.fetcher.admits_hops(cached):
+                self.metrics.inc("fetch_cache_hits")
+                return cached, True
         self.metrics.inc("fetches")
         result = await self.fetcher.fetch(url)
         if result.ok:
             await self._cache_set(key, json.dumps(result.to_json()))
         return result, False
 
-    def _summary_key(self, url: str, goal: Goal, mode: str, chunk_size: int | None) -> str | None:
+    def _summary_key(self, page: FetchResult, url: str, goal: Goal, mode: str,
+                     chunk_size: int | None) -> str | None:
+        """Everything a summary depends on: the text summarised (by hash), the URL the model is shown, the goal,
+        the mode and its budget, the model, its sampling settings and the prompts."""
         if self.summarizer.client is None:
             return None
         budget = self.summarizer.budget
         size = (chunk_size or budget.chunk_size, budget.max_chunks) if mode == "chunk" else (
             budget.input_chars if mode == "once" else None)
-        return cache_key("summary", PROMPT_VERSION, self.summarizer.model_key, mode, size,
-                         self.settings.limits.output_format, url, goal.task, goal.web_search_query,
+        llm = self.summarizer.client.settings
+        text_hash = hashlib.sha256(page.text.encode("utf-8", "surrogatepass")).hexdigest()
+        return cache_key("summary", CACHE_FORMAT, PROMPT_VERSION, self.summarizer.model_key, llm.max_tokens,
+                         llm.temperature, mode, size, text_hash, url, goal.task, goal.web_search_query,
                          goal.think_content)
 
     async def _cache_get(self, key: str) -> str | None:

@@ -3,7 +3,9 @@
 Direct fetches connect only to addresses that :class:`afm.servers.ssrf.UrlPolicy` checked: the checked IP is put
 in the request URL (``Host`` header and TLS SNI keep the original name), redirects are followed by hand with the
 same check on every hop, a loop or more than ``max_redirects`` hops stops, the body is read up to ``max_bytes``
-(after content decoding) and the whole fetch, redirects included, has one time limit. Environment proxies are not
+of *decoded* bytes as it streams (:mod:`afm.servers.content_decoding` decodes every ``Content-Encoding`` layer in
+bounded steps, so a compression bomb, stacked or not, costs at most the cap) and the whole fetch, redirects
+included, has one time limit. Environment proxies are not
 used, so a proxy cannot carry the request somewhere the guard did not check.
 
 Content types: HTML goes through trafilatura (main text as markdown or plain text, boilerplate dropped); plain
@@ -26,6 +28,7 @@ from typing import Any, Literal
 
 import httpx
 
+from afm.servers.content_decoding import ACCEPT_ENCODING, ContentDecoder, ContentDecodingError
 from afm.servers.ssrf import Target, UrlPolicy, URLRefused
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,7 @@ TEXT_TYPES = ("text/plain", "text/markdown", "text/x-markdown", "text/csv", "tex
               "application/json", "application/ld+json", "application/rss+xml", "application/atom+xml")
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 DEFAULT_JINA_BASE_URL = "https://r.jina.ai"
+MIN_EXTRACTED_SIZE = 25  # trafilatura's setting (its default is 250; see _trafilatura_config)
 USER_AGENT = "Mozilla/5.0 (compatible; afm-crawl/0.1; +https://github.com/OPPO-PersonalAI/Agent_Foundation_Models)"
 
 
@@ -123,8 +127,18 @@ def _trafilatura_config() -> Any:
     cfg = use_config()
     # The default (250 characters) makes trafilatura drop the structure of short articles and return one
     # flattened line; short pages are common answers for an agent (definitions, infoboxes).
-    cfg.set("DEFAULT", "MIN_EXTRACTED_SIZE", "25")
+    cfg.set("DEFAULT", "MIN_EXTRACTED_SIZE", str(MIN_EXTRACTED_SIZE))
     return cfg
+
+
+def extractor_version() -> str:
+    """The HTML extractor and its settings, for cache keys: another trafilatura may extract other text."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"trafilatura {version('trafilatura')}; min_extracted_size {MIN_EXTRACTED_SIZE}"
+    except PackageNotFoundError:
+        return "trafilatura ?"
 
 
 def extract_html(body: bytes | str, url: str = "", output_format: str = "markdown") -> str:
@@ -211,8 +225,33 @@ class PageFetcher:
         result.elapsed_s = round(time.monotonic() - start, 4)
         return result
 
+    async def admit(self, url: str) -> FetchResult | None:
+        """The policy's verdict on ``url`` before anything else (a cache look-up included): ``None`` when it may be
+        fetched, else the refused result :meth:`fetch` would give. Direct fetches get the full check (DNS
+        included); the Jina reader gets the URL checks only, as in :meth:`fetch`."""
+        try:
+            if self.jina_api_key:
+                self.policy.check_syntax(url)
+            else:
+                await self.policy.resolve(url)
+        except URLRefused as exc:
+            return FetchResult(url, False, "refused", error=f"refused: {exc}",
+                               via="jina" if self.jina_api_key else "direct")
+        return None
+
+    async def admits_hops(self, result: FetchResult) -> bool:
+        """Whether every redirect hop recorded in a (cached) result still passes the policy."""
+        if self.jina_api_key:
+            return True  # Jina followed the redirects, not this machine; the requested URL was checked
+        for hop in result.meta.get("hops", [])[1:]:
+            try:
+                await self.policy.resolve(hop)
+            except URLRefused:
+                return False
+        return True
+
     async def _fetch_direct(self, url: str) -> FetchResult:
-        visited: set[str] = set()
+        visited: dict[str, None] = {}  # the hops in order: kept with the result, re-checked on a cache hit
         current: str | httpx.URL = url
         for hop in range(self.limits.max_redirects + 1):
             try:
@@ -224,7 +263,7 @@ class PageFetcher:
             key = str(target.url)
             if key in visited:
                 raise FetchFailed(f"redirect loop: {key} was already visited")
-            visited.add(key)
+            visited[key] = None
             response = await self._send_pinned(target)
             try:
                 location = response.headers.get("location")
@@ -246,7 +285,7 @@ class PageFetcher:
                                            self.limits.output_format)
             return FetchResult(url, True, text=text, final_url=str(target.url), content_type=content_type,
                                http_status=response.status_code, truncated=truncated,
-                               meta={"bytes": len(body), "redirects": len(visited) - 1})
+                               meta={"bytes": len(body), "redirects": len(visited) - 1, "hops": list(visited)})
         raise FetchFailed(f"too many redirects (more than {self.limits.max_redirects})")
 
     async def _send_pinned(self, target: Target) -> httpx.Response:
@@ -256,7 +295,7 @@ class PageFetcher:
             request = self._client.build_request(
                 "GET", target.url.copy_with(host=str(address)),
                 headers={"Host": target.url.netloc.decode("ascii"), "Accept": "text/html,text/plain,*/*;q=0.8",
-                         "Accept-Encoding": "gzip, deflate"},
+                         "Accept-Encoding": ACCEPT_ENCODING},
                 extensions={"sni_hostname": target.host} if target.url.scheme == "https" else {})
             try:
                 return await self._client.send(request, stream=True)
@@ -265,16 +304,30 @@ class PageFetcher:
         raise FetchFailed(f"could not connect to {target.host}:{target.port} ({last})")
 
     async def _read_capped(self, response: httpx.Response) -> tuple[bytes, bool]:
-        """Up to ``max_bytes`` of the decoded body; True when there was more."""
+        """Up to ``max_bytes`` of the decoded body; True when there was more.
+
+        The raw stream is decoded here, piece by piece, rather than by httpx: httpx inflates a whole network chunk
+        at once, which for stacked encodings (``gzip, gzip``) is hundreds of MiB before any cap applies.
+        """
         cap = self.limits.max_bytes
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > cap:
-                return b"".join(chunks)[:cap], True
-        return b"".join(chunks), False
+        try:
+            decoder = ContentDecoder(response.headers.get("content-encoding", ""))
+        except ContentDecodingError as exc:
+            raise FetchFailed(str(exc)) from None
+        body = bytearray()
+        wire = 0
+        try:
+            async for raw in response.aiter_raw():
+                wire += len(raw)
+                for piece in decoder.decode(raw):
+                    body += piece
+                    if len(body) > cap:
+                        return bytes(memoryview(body)[:cap]), True
+                if wire > cap:  # a body that is large even before decoding (or one that decodes to nothing)
+                    return bytes(body), True
+        except ContentDecodingError as exc:
+            raise FetchFailed(str(exc)) from None
+        return bytes(body), False
 
     async def _fetch_jina(self, url: str) -> FetchResult:
         parsed, _, _ = self.policy.check_syntax(url)
@@ -284,7 +337,7 @@ class PageFetcher:
         fmt = "markdown" if self.limits.output_format == "markdown" else "text"
         headers = {"Authorization": f"Bearer {self.jina_api_key}", "X-Return-Format": fmt,
                    "X-Retain-Images": "none", "X-Timeout": str(max(1, int(self.limits.timeout_s) - 2)),
-                   "Accept": "text/plain"}
+                   "Accept": "text/plain", "Accept-Encoding": ACCEPT_ENCODING}
         reader_url = f"{self.jina_base_url}/{parsed}"
         last = ""
         for attempt in range(2):

@@ -137,6 +137,14 @@ class AllowEntry:
         name = self.host or ""
         return host.endswith(name[1:]) if name.startswith("*.") else host == name
 
+    def canonical(self) -> str:
+        """``10.0.0.0/8``, ``[::1/128]:8080``, ``wiki.corp:80``: one spelling per entry."""
+        if self.network is not None:
+            where = f"[{self.network}]" if self.network.version == 6 and self.port is not None else str(self.network)
+        else:
+            where = self.host or ""
+        return where if self.port is None else f"{where}:{self.port}"
+
 
 @dataclass(frozen=True)
 class AllowList:
@@ -157,6 +165,10 @@ class AllowList:
 
     def __bool__(self) -> bool:
         return bool(self.entries)
+
+    def canonical(self) -> str:
+        """The entries in one canonical spelling, sorted (``""`` when empty): what a cache key records of the list."""
+        return ",".join(sorted({entry.canonical() for entry in self.entries}))
 
 
 def _parse_entry(item: str) -> AllowEntry:
