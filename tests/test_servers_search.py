@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -187,7 +188,8 @@ def test_serper_backend_success_retry_timeout_and_no_cached_errors(tmp_path):
                                         "snippet": "Island republic.", "position": 1, "date": "Jan 2, 2024"}]
             assert fake.requests[0]["headers"]["X-API-KEY"] == key
             assert fake.requests[0]["json"] == {"q": "veltria", "num": 10}
-            assert post(url, {"q": "Veltria", "num": 1}).json()["cached"] is True
+            # The same request to Serper (whitespace is collapsed before it is sent): the cached answer.
+            assert post(url, {"q": "  veltria ", "num": 1}).json()["cached"] is True
             assert len(fake.requests) == 1
 
             # A 500 is retried once and then succeeds.
@@ -342,3 +344,88 @@ def test_start_servers_script_refuses_a_busy_port(tmp_path):
         r = run_script("start", "search", env=env)
     assert r.returncode == 1 and f"port {port} is already in use" in r.stderr
     assert not (tmp_path / "search.pid").exists()
+
+
+def write_corpus(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def top_link(url: str, q: str) -> tuple[str | None, bool]:
+    data = post(url + "/search", {"q": q, "num": 3}).json()
+    return (data["organic"][0]["link"] if data["organic"] else None), data["cached"]
+
+
+def test_local_cache_keys_hold_the_bm25_tokens_not_a_case_folded_query(tmp_path):
+    # BM25 lower-cases with str.lower(): "Straße" and "STRASSE", "ﬁle" and "FILE" are different words to it, so
+    # they must not share a cache entry (casefold() made them one).
+    corpus = write_corpus(tmp_path / "corpus.jsonl", [
+        {"id": "de", "title": "Hauptstraße", "url": "http://x.test/de", "text": "Die Straße am Hafen."},
+        {"id": "ch", "title": "Seestrasse", "url": "http://x.test/ch", "text": "Die Strasse am See."},
+        {"id": "lig", "title": "Ligatures", "url": "http://x.test/lig", "text": "The ﬁle is typeset with ﬁ."},
+        {"id": "file", "title": "Files", "url": "http://x.test/file", "text": "A plain file."},
+    ])
+    with local_server(corpus, tmp_path) as srv:
+        assert top_link(srv.url, "STRASSE") == ("http://x.test/ch", False)
+        assert top_link(srv.url, "Straße") == ("http://x.test/de", False)
+        assert top_link(srv.url, "FILE") == ("http://x.test/file", False)
+        assert top_link(srv.url, "ﬁle") == ("http://x.test/lig", False)
+        # What BM25 reads the same way is answered from the cache: case, spacing, punctuation, stopwords.
+        assert top_link(srv.url, "  strasse?") == ("http://x.test/ch", True)
+        assert top_link(srv.url, "the STRAßE") == ("http://x.test/de", True)
+        assert top_link(srv.url, "File.") == ("http://x.test/file", True)
+
+
+def test_an_edited_corpus_is_searched_after_a_restart_not_the_cached_answers(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    write_corpus(corpus, [{"id": "a", "title": "Veltria", "url": "http://x.test/old",
+                           "text": "The capital of Veltria is Marrowgate."}])
+    with local_server(corpus, tmp_path) as first:
+        assert top_link(first.url, "capital of Veltria") == ("http://x.test/old", False)
+    with local_server(corpus, tmp_path) as again:  # unchanged corpus: the entry is still good
+        assert top_link(again.url, "capital of Veltria") == ("http://x.test/old", True)
+    write_corpus(corpus, [{"id": "a", "title": "Veltria", "url": "http://x.test/new",
+                           "text": "The capital of Veltria moved to Quillhaven."}])
+    with local_server(corpus, tmp_path) as edited:  # the README's "edit and restart"
+        assert top_link(edited.url, "capital of Veltria") == ("http://x.test/new", False)
+        assert top_link(edited.url, "capital of veltria") == ("http://x.test/new", True)
+    assert len(SQLiteCache(tmp_path / "cache.sqlite", namespace="search")) == 2
+
+
+def test_serper_cache_keys_hold_every_parameter_sent_and_the_endpoint(tmp_path):
+    answer = ("json", 200, {"organic": [{"title": "Veltria", "link": "https://en.example/Veltria", "snippet": "x"}]})
+    with FakeHTTP(default=answer) as fake:
+        def serper(path: str) -> ServerProcess:
+            port = free_port()
+            env = search_env(tmp_path, WEB_SEARCH_SERPER_API_KEY="k", WEB_SEARCH_SERPER_URL=fake.url + path,
+                             WEB_SEARCH_SERPER_RETRIES="0")
+            return ServerProcess(["-m", "afm.servers.search_server", "--port", str(port)], port, env=env)
+
+        with serper("/search") as srv:
+            assert post(srv.url + "/search", {"q": "veltria", "num": 5}).json()["cached"] is False
+            # Serper is sent the query as written: another spelling is another request, not the cached answer.
+            assert post(srv.url + "/search", {"q": "VELTRIA", "num": 5}).json()["cached"] is False
+            assert [r["json"] for r in fake.requests] == [{"q": "veltria", "num": 10}, {"q": "VELTRIA", "num": 10}]
+            # num is sent rounded up to 10 and the answer trimmed to it: 5 and 7 are separate entries.
+            assert post(srv.url + "/search", {"q": "veltria", "num": 7}).json()["cached"] is False
+            assert post(srv.url + "/search", {"q": "veltria", "num": 5}).json()["cached"] is True
+            assert len(fake.requests) == 3
+        # Another endpoint (a proxy, another Serper route) sharing the cache file: its own entries.
+        with serper("/news") as other:
+            assert post(other.url + "/search", {"q": "veltria", "num": 5}).json()["cached"] is False
+        assert fake.requests[-1]["path"] == "/news" and len(fake.requests) == 4
+
+
+def test_cache_keys_are_built_from_what_is_sent():
+    from afm.servers.search_backends import SerperBackend
+    from afm.servers.search_server import search_cache_key
+
+    backend = SerperBackend("k", "http://127.0.0.1:9/search")
+    # The key holds the body the backend sends, whatever parameters that body grows.
+    assert json.loads(backend.cache_query("veltria", 7)) == [backend.request_body("veltria", 7), 7]
+    keys = {search_cache_key(backend, q, n) for q, n in [("veltria", 7), ("Veltria", 7), ("veltria", 8)]}
+    assert len(keys) == 3
+    other = SerperBackend("another-key", "http://127.0.0.1:9/search")  # the account does not change answers
+    assert search_cache_key(other, "veltria", 7) == search_cache_key(backend, "veltria", 7)
+    asyncio.run(backend.aclose())
+    asyncio.run(other.aclose())

@@ -12,6 +12,7 @@ retried. ``WEB_SEARCH_SERPER_URL`` points the backend elsewhere (a proxy, or a f
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import re
@@ -39,9 +40,19 @@ class UpstreamError(Exception):
 
 
 class SearchBackend(Protocol):
-    """What the search server needs from a backend."""
+    """What the search server needs from a backend.
+
+    Cache keys are built from :attr:`cache_scope` and :meth:`cache_query`, which together must hold exactly what
+    the answer depends on: two requests with equal keys get the same answer from the backend, and nothing else
+    shares a key.
+    """
 
     name: str
+    cache_scope: str  # what every answer of this backend instance depends on (its data, its endpoint, its format)
+
+    def cache_query(self, query: str, num: int) -> str:
+        """What one answer depends on besides :attr:`cache_scope`, in the backend's own normalisation."""
+        ...
 
     async def search(self, query: str, num: int) -> dict[str, Any]:
         """A Serper-shaped payload with at most ``num`` organic results."""
@@ -78,17 +89,28 @@ class SerperBackend:
         self.backoff = backoff
         self._key = api_key
         self._client = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=100))
+        # The endpoint decides the answer (a proxy, another Serper route); the key does not, and stays out.
+        self.cache_scope = json.dumps({"backend": self.name, "url": url})
+
+    @staticmethod
+    def request_body(query: str, num: int) -> dict[str, Any]:
+        """The JSON body sent to Serper for a query (the query as given: Google's own normalisation is unknown)."""
+        # Serper bills per page of 10; asking a multiple of 10 and trimming gives the same results.
+        return {"q": query, "num": min(100, max(10, -(-num // 10) * 10))}
+
+    def cache_query(self, query: str, num: int) -> str:
+        """Every parameter sent, plus ``num`` (the answer is trimmed to it)."""
+        return json.dumps([self.request_body(query, num), num], sort_keys=True, ensure_ascii=False)
 
     async def search(self, query: str, num: int) -> dict[str, Any]:
-        # Serper bills per page of 10; asking a multiple of 10 and trimming gives the same results.
-        asked = min(100, max(10, -(-num // 10) * 10))
+        body = self.request_body(query, num)
         last: UpstreamError | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 delay = self.backoff * 2 ** (attempt - 1)
                 await asyncio.sleep(delay * (1 + 0.25 * random.random()))
             try:
-                resp = await self._client.post(self.url, json={"q": query, "num": asked},
+                resp = await self._client.post(self.url, json=body,
                                                headers={"X-API-KEY": self._key})
             except httpx.TimeoutException:
                 last = UpstreamError(504, f"Serper did not answer within {self.timeout:g}s")
@@ -152,6 +174,17 @@ class LocalBackend:
 
     def __init__(self, index: BM25Index) -> None:
         self.index = index
+        manifest = index.manifest
+        # The corpus by content (an edit and a restart changes it), and how it was indexed and is shown.
+        self.cache_scope = json.dumps({"backend": self.name, "index": manifest.get("format"),
+                                       "corpus_sha256": manifest.get("corpus", {}).get("sha256"),
+                                       "tokenizer": manifest.get("tokenizer"), "snippet_chars": SNIPPET_CHARS},
+                                      sort_keys=True)
+
+    def cache_query(self, query: str, num: int) -> str:
+        """The query's BM25 tokens (lower-cased, stopwords dropped), in order: ranking and snippets see nothing
+        else of it, so queries with equal tokens get equal answers and any other query gets its own entry."""
+        return json.dumps([tokenize(query), num], ensure_ascii=False)
 
     @classmethod
     def open(cls, corpus: str | Path, index_dir: str | Path | None = None) -> LocalBackend:

@@ -6,8 +6,9 @@
 Response: ``{"searchParameters": {q, num, backend}, "organic": [{title, link, snippet, position, date?, source?}],
 "cached": bool, "backend": name}``. Backends (``afm.servers.search_backends``): ``serper`` when
 ``WEB_SEARCH_SERPER_API_KEY`` is set, otherwise ``local`` (BM25 over ``WEB_SEARCH_CORPUS``). Results are cached
-under (backend, query with whitespace collapsed and case folded, num) in SQLite (WAL; every worker of every
-server on the machine can share the file) or Redis (``redis://`` URL; several nodes), with a TTL. Failures are
+under exactly what the answer depends on (:func:`search_cache_key`: for ``local`` the corpus's SHA-256 and the
+query's BM25 tokens, for ``serper`` the endpoint and every parameter sent; ``num`` for both) in SQLite (WAL; every
+worker of every server on the machine can share the file) or Redis (``redis://`` URL; several nodes), with a TTL. Failures are
 never cached: a backend error answers 502, a backend timeout 504, both as JSON. ``GET /metrics``: requests, hits,
 misses, hit_rate, upstream_errors, latency percentiles, summed over the workers (see ``worker_metrics``).
 
@@ -47,6 +48,7 @@ MAX_NUM = 100
 DEFAULT_CACHE = "~/.cache/afm/search_cache.sqlite"
 DEFAULT_TTL_S = 7 * 86400.0
 CACHE_OFF = ("", "off", "none")
+CACHE_FORMAT = 2  # in every key: entries of another format (format 1 had no scope and folded case) never match
 
 
 @dataclass(frozen=True)
@@ -141,9 +143,10 @@ def default_num(env: Mapping[str, str] | None = None) -> int:
     return num
 
 
-def normalise_query(q: str) -> str:
-    """The cache's view of a query: whitespace collapsed, case folded."""
-    return " ".join(q.split()).casefold()
+def search_cache_key(backend: SearchBackend, query: str, num: int) -> str:
+    """The cache key of a query as sent to ``backend``: the key format, the backend's scope (its corpus or its
+    endpoint) and the query in the backend's own normalisation. Keys of earlier formats never match."""
+    return cache_key("search", CACHE_FORMAT, backend.cache_scope, backend.cache_query(query, num))
 
 
 class SearchService:
@@ -159,7 +162,8 @@ class SearchService:
 
     async def search(self, query: str, num: int) -> tuple[str, bool]:
         """(payload JSON, cached?) for a validated request; raises UpstreamError."""
-        key = cache_key(self.backend.name, normalise_query(query), num)
+        sent = " ".join(query.split())
+        key = search_cache_key(self.backend, sent, num)
         if self.cache is not None:
             try:
                 hit = self.cache.get(key) if self._inline_get else await asyncio.to_thread(self.cache.get, key)
@@ -179,7 +183,7 @@ class SearchService:
         try:
             self.metrics.inc("misses")
             try:
-                payload = json.dumps(await self.backend.search(" ".join(query.split()), num), ensure_ascii=False)
+                payload = json.dumps(await self.backend.search(sent, num), ensure_ascii=False)
             except asyncio.CancelledError:
                 fut.cancel()
                 raise
