@@ -197,8 +197,12 @@ class BwrapBackend(Backend):
     def argv(self, spec: LaunchSpec) -> list[str]:
         uid = str(spec.uid)
         cmd = [self.path, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-               "--unshare-cgroup-try", "--die-with-parent", "--uid", uid, "--gid", uid, "--hostname", "sandbox",
-               "--clearenv"]
+               "--unshare-cgroup-try", "--uid", uid, "--gid", uid, "--hostname", "sandbox", "--clearenv"]
+        if spec.mode == "once":
+            # The kernel's parent-death signal follows the *thread* that started the jail. A one-shot jail lives
+            # and dies within its caller's call; a pool worker outlives the thread that booted or restarted it,
+            # and ends instead when the host's end of its control socket closes.
+            cmd.append("--die-with-parent")
         for key, value in spec.runtime.env:
             cmd += ["--setenv", key, value]
         for m in spec.runtime.mounts:
@@ -213,6 +217,9 @@ class BwrapBackend(Backend):
         cmd += ["--ro-bind", spec.runner, RUNNER_IN_JAIL]
         if spec.host_dir:
             cmd += ["--ro-bind", spec.host_dir, "/sandbox"]
+        # bubblewrap builds the jail on a writable tmpfs root and a writable /dev: without these a program could
+        # write (without a size limit) to /, /site or /dev, and in a pool worker leave files for the next job.
+        cmd += ["--remount-ro", "/dev", "--remount-ro", "/"]
         cmd += ["--chdir", "/tmp", "--"]
         return cmd + spec.runner_args()
 
