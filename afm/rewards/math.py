@@ -14,6 +14,11 @@ original scorer's only form, so afm never scores a real gold below it); a gold o
 its interval (``(3,4]``), on either side. A gold answer equal to the prediction as a string (after removing ``$``,
 ``\\boxed{}`` and spaces) short-cuts the worker.
 
+Otherwise both answers are first read by :mod:`afm.rewards.math_forms`: number forms Math-Verify misreads
+(``58\\,500``, ``45°``, ``\\mathrm{i}``, ``0.\\overline{4}``, ``3.2e-4``) are rewritten, upper-case symbols are
+renamed so that Math-Verify's lower-casing cannot merge ``R`` and ``r``, and a different base subscript or a different
+unit settles the pair as wrong without Math-Verify (``path`` ``forms``, ``rule`` says which).
+
 Env: ``AFM_MATH_TIMEOUT`` (seconds per verification, default 10), ``AFM_MATH_WORKERS`` (pool size, default
 ``min(4, cpu_count)``).
 """
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from afm.rewards.ground_truth import GroundTruth
+from afm.rewards.math_forms import decide, read_answer
 from afm.trajectory import last_answer
 
 _BOXED = re.compile(r"^\\boxed\{(.*)\}$", re.DOTALL)
@@ -42,13 +48,15 @@ _BOXED = re.compile(r"^\\boxed\{(.*)\}$", re.DOTALL)
 
 @dataclass(frozen=True)
 class MathVerdict:
-    """Outcome of one verification; ``path`` is ``exact`` (string short-cut) or ``verify`` (Math-Verify)."""
+    """Outcome of one verification; ``path`` is ``exact`` (string short-cut), ``forms`` (settled by
+    :func:`afm.rewards.math_forms.decide`, ``rule`` says how) or ``verify`` (Math-Verify)."""
 
     correct: bool
     parsed: str = ""
     error: str = ""
     timed_out: bool = False
     path: str = "verify"
+    rule: str = ""
 
 
 def _canonical(text: str) -> str:
@@ -167,10 +175,22 @@ class MathVerifier:
         canon = _canonical(pred)
         if canon and any(canon == _canonical(g) for g in golds):
             return MathVerdict(True, pred.strip(), path="exact")
+        # afm's own reading first (math_forms): what Math-Verify misreads is rewritten, what it drops is compared.
+        answer, readable, rules = read_answer(pred), [], []
+        for gold in golds:
+            settled, rule = decide(read_answer(gold), answer)
+            if settled:
+                return MathVerdict(True, pred.strip(), path="forms", rule=rule)
+            if settled is None:
+                readable.append(read_answer(gold).text)
+            else:
+                rules.append(rule)
+        if not readable:
+            return MathVerdict(False, pred.strip(), path="forms", rule="; ".join(rules))
         limit = self.timeout if timeout is None else float(timeout)
         worker = self._acquire()
         try:
-            reply = worker.request({"golds": list(golds), "pred": pred, "timeout": limit},
+            reply = worker.request({"golds": readable, "pred": answer.text, "timeout": limit},
                                    time.monotonic() + limit + self.grace)
         except TimeoutError:
             worker.kill()
@@ -227,4 +247,5 @@ def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: d
         return {"acc": 0.0, "pred": "", "method": "no_answer"}
     verdict = default_verifier().verify(gt.targets, pred, math_timeout)
     return {"acc": float(verdict.correct), "pred": pred, "method": "math_verify", "error": verdict.error,
-            "details": {"parsed": verdict.parsed, "path": verdict.path, "timed_out": verdict.timed_out}}
+            "details": {"parsed": verdict.parsed, "path": verdict.path, "timed_out": verdict.timed_out,
+                        **({"rule": verdict.rule} if verdict.rule else {})}}
