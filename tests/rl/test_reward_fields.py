@@ -302,3 +302,27 @@ def test_grpo_leaves_masked_rows_out_of_their_group():
     # nothing masked: exactly verl's result
     plain = _v1_advantages(grpo_data(scores, groups, masked=set()))
     assert plain.tolist() == pytest.approx(verl_grpo(list(range(len(scores)))))
+
+
+FRESH_PROCESS = """
+from verl.trainer.ppo.reward import resolve_reward_manager_cls
+from omegaconf import OmegaConf
+import sys
+cls = resolve_reward_manager_cls(OmegaConf.create({"reward": {"reward_manager": {"source": "register",
+                                                                                 "name": "afm_dapo"}}}))
+import verl.trainer.ppo.core_algos as core_algos
+print(cls.__module__, cls.__name__, getattr(core_algos.compute_grpo_outcome_advantage, "__afm_patched__", False),
+      core_algos.ADV_ESTIMATOR_REGISTRY["grpo"] is core_algos.compute_grpo_outcome_advantage,
+      "afm.rl.reward_manager" in sys.modules)
+"""
+
+
+def test_a_fresh_verl_process_resolves_the_afm_managers_and_the_grpo_patch():
+    """What a Ray worker does: import verl (its plugin entry point loads afm's plugin) and resolve the configured
+    manager by name; nothing of afm is imported first."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["afm.rl.reward_manager", "AfmDAPORewardManager", "True", "True", "True"]
