@@ -51,12 +51,13 @@ def test_observations_use_the_trained_wording(tool):
     r = call(tool, "1 / 0")
     assert r.text.startswith("[FAILED] Code exited with status 1.\n[STDERR:BEGIN]\nTraceback")
     assert "ZeroDivisionError" in r.text
+    assert not r.infra  # the program's own error is the model's, not the infrastructure's
     r = call(tool, "while True:\n    pass")
-    assert r.status == "timeout" and r.text.startswith("Time out. Check for infinite loops")
+    assert r.status == "timeout" and r.text.startswith("Time out. Check for infinite loops") and not r.infra
     r = call(tool, "x = bytearray(2 ** 31)")
-    assert r.text.startswith("[FAILED] Memory limit exceeded (512 MB)")
+    assert r.text.startswith("[FAILED] Memory limit exceeded (512 MB)") and not r.infra
     r = call(tool, "no code here, final answer 3")
-    assert r.status == "error" and r.meta["reason"] == "no_code"
+    assert r.status == "error" and r.meta["reason"] == "no_code" and not r.infra
 
 
 def test_long_output_keeps_head_and_tail(tool):
@@ -88,6 +89,7 @@ def test_unavailable_sandbox_becomes_an_observation(tmp_path, monkeypatch):
     r = call(t, "print(1)")
     assert r.status == "error" and "no sandbox is available" in r.text
     assert "nsjail" in r.meta["detail"]
+    assert r.infra and r.meta["retryable"] is False  # the machine's failure; retrying cannot bring a sandbox
 
 
 def test_afm_sandbox_cli(tmp_path):

@@ -120,6 +120,7 @@ def test_server_down_becomes_an_error_observation(tool_cls):
     res = call(tool_cls({"url": url, "retries": 1, "backoff": 0.01, "timeout": 2}), "capital of Veltria")
     assert res.status == "error" and res.meta["reason"] == "unreachable" and res.meta["attempts"] == 2
     assert "could not be reached" in res.text and url in res.text and "do not repeat the same call" in res.text
+    assert res.infra  # the environment's failure, not the model's
 
 
 @pytest.mark.parametrize("tool_cls", [WebSearchTool, WikiSearchTool])
@@ -129,34 +130,38 @@ def test_misbehaving_server_failures_become_observations(tool_cls):
         # Too slow: a timeout status, after the retry.
         fake.script(("sleep", 1.2), ("sleep", 1.2))
         res = call(tool, "capital of Veltria")
-        assert res.status == "timeout" and "did not answer" in res.text and len(fake.requests) == 2
+        assert res.status == "timeout" and "did not answer" in res.text and len(fake.requests) == 2 and res.infra
         # A 500 is retried; when the retry succeeds, the observation is normal.
         ok = {"organic": []} if tool_cls is WebSearchTool else {"result": [[]]}
         fake.script(("json", 500, {"error": "boom"}), ("json", 200, ok))
         res = call(tool, "capital of Veltria")
-        assert res.status == "ok" and len(fake.requests) == 2 and res.meta["attempts"] == 2
+        assert res.status == "ok" and len(fake.requests) == 2 and res.meta["attempts"] == 2 and not res.infra
         # 5xx every time: an error naming the status and the server's reason.
         fake.script(("json", 502, {"error": "search backend failed", "detail": "Serper answered HTTP 503"}),
                     ("json", 502, {"error": "search backend failed", "detail": "Serper answered HTTP 503"}))
         res = call(tool, "capital of Veltria")
         assert res.status == "error" and "HTTP 502" in res.text and "Serper answered HTTP 503" in res.text
+        assert res.infra
         # A 504 relayed by the server reads as a timeout.
         fake.script(("json", 504, {"error": "search backend failed"}), ("json", 504, {"error": "x"}))
-        assert call(tool, "capital of Veltria").status == "timeout"
+        res = call(tool, "capital of Veltria")
+        assert res.status == "timeout" and res.infra
         # 4xx: not retried; the model is told to rewrite its query.
         fake.script(("json", 422, {"error": "invalid request", "detail": "query too long"}))
         res = call(tool, "capital of Veltria")
         assert res.status == "error" and "HTTP 422" in res.text and "query too long" in res.text
         assert "Rewrite" in res.text and len(fake.requests) == 1
+        assert not res.infra  # the query's fault: the model can and should rewrite it
         # Garbage and wrongly shaped answers.
         for bad in (("raw", 200, "<html>not json</html>"), ("json", 200, {"unexpected": 1}), ("json", 200, [1])):
             fake.script(bad)
             res = call(tool, "capital of Veltria")
             assert res.status == "error" and "unreadable answer" in res.text and res.meta["reason"] == "bad_response"
+            assert res.infra
         # A dropped connection is an unreachable server.
         fake.script(("close",), ("close",))
         res = call(tool, "capital of Veltria")
-        assert res.status == "error" and res.meta["reason"] == "unreachable"
+        assert res.status == "error" and res.meta["reason"] == "unreachable" and res.infra
 
 
 def test_real_server_rejections_and_the_bearer_token(servers):
@@ -164,6 +169,7 @@ def test_real_server_rejections_and_the_bearer_token(servers):
     assert no_token.status == "error" and "HTTP 401" in no_token.text and "access token" in no_token.text
     too_long = call(WebSearchTool({"url": servers["search"], "token": TOKEN}), "veltria " * 400)
     assert too_long.status == "error" and "HTTP 422" in too_long.text and too_long.meta["attempts"] == 1
+    assert not no_token.infra and not too_long.infra  # 4xx: a refusal, never an outage
     described = WebSearchTool({"token": TOKEN}).describe()
     assert described["config"]["token"] == "<set>" and TOKEN not in repr(described)
 

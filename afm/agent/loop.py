@@ -42,6 +42,10 @@ class AgentConfig:
     max_model_len: int = 32768  # prompt + response
     min_turn_tokens: int = 16  # do not start a turn with less room than this
     tool_timeout_s: float = 120.0
+    # Seconds a tool call that failed for infrastructure reasons (server down, 5xx, timeout, sandbox failure) is
+    # retried for, with backoff 1, 2, 4, 8, 8... s, so a tool server restarted a few seconds later loses nothing;
+    # 0 = never retry. A call still failing after that is recorded with ``infra=True``.
+    tool_infra_retry_s: float = 30.0
     max_observation_chars: int = 30_000
     trajectory_timeout_s: float | None = 3600.0
     dedupe: bool = True
@@ -70,7 +74,10 @@ def truncate_text(text: str, limit: int) -> tuple[str, bool]:
 
 
 class ToolRunner:
-    """Runs tool calls with timeouts, per-tool concurrency limits and duplicate suppression."""
+    """Runs tool calls with timeouts, per-tool concurrency limits, duplicate suppression and, for calls that failed
+    for infrastructure reasons, bounded retries (``AgentConfig.tool_infra_retry_s``)."""
+
+    RETRY_BACKOFF_S = (1.0, 2.0, 4.0, 8.0)  # then 8 s per retry until the budget is spent
 
     def __init__(self, tools: Mapping[str, Tool], config: AgentConfig) -> None:
         self.tools = dict(tools)
@@ -79,7 +86,10 @@ class ToolRunner:
 
     async def call(self, name: str, argument: str, ctx: ToolContext, seen: set[tuple[str, str]],
                    deadline: float | None) -> tuple[str, ToolCallRecord]:
-        """Observation text and call record for one call (never raises for tool failures)."""
+        """Observation text and call record for one call (never raises for tool failures).
+
+        A result with ``infra=True`` is retried while ``tool_infra_retry_s`` (counted from the first attempt) and the
+        trajectory's ``deadline`` allow; only the last attempt is recorded, with ``meta["infra_retries"]``."""
         t0 = time.monotonic()
         rec = ToolCallRecord(turn=0, name=name, argument=argument, status="ok")
         tool = self.tools.get(name)
@@ -95,6 +105,32 @@ class ToolRunner:
             rec.status = "duplicate"
             return DEDUPED_TOOLS[name], rec
         seen.add(key)
+        result, error = await self._attempt(tool, name, argument, ctx, deadline)
+        retries = 0
+        while result.infra and result.meta.get("retryable", True) is not False:
+            delay = self.RETRY_BACKOFF_S[min(retries, len(self.RETRY_BACKOFF_S) - 1)]
+            now = time.monotonic()
+            if now - t0 + delay > self.config.tool_infra_retry_s or (deadline is not None and now + delay >= deadline):
+                break
+            await asyncio.sleep(delay)
+            retries += 1
+            result, error = await self._attempt(tool, name, argument, ctx, deadline)
+        rec.status = result.status
+        rec.latency_s = time.monotonic() - t0
+        rec.meta = dict(result.meta)
+        if retries:
+            rec.meta["infra_retries"] = retries
+        rec.infra = result.infra
+        rec.error = error
+        if result.status != "ok" and rec.error is None:
+            rec.error = result.text[:500]
+        if result.infra:  # the model may ask again later: that is a real attempt, not a duplicate
+            seen.discard(key)
+        return result.text, rec
+
+    async def _attempt(self, tool: Tool, name: str, argument: str, ctx: ToolContext,
+                       deadline: float | None) -> tuple[ToolResult, str | None]:
+        """One call of ``tool`` under the tool timeout; ``(result, error)`` where ``error`` names an exception."""
         timeout = self.config.tool_timeout_s
         if deadline is not None:
             timeout = max(0.001, min(timeout, deadline - time.monotonic()))
@@ -102,23 +138,22 @@ class ToolRunner:
         try:
             if sem is not None:
                 async with sem:
-                    result = await asyncio.wait_for(tool.call(argument, ctx), timeout)
-            else:
-                result = await asyncio.wait_for(tool.call(argument, ctx), timeout)
+                    return await asyncio.wait_for(tool.call(argument, ctx), timeout), None
+            return await asyncio.wait_for(tool.call(argument, ctx), timeout), None
         except TimeoutError:
-            result = ToolResult(f"The {name} tool did not answer within {timeout:.0f} seconds. Try again later or "
-                                "take another approach.", "timeout")
+            # A server-backed tool past its own limit: its server hung (infrastructure). Not so when the
+            # trajectory's deadline cut it short (the trajectory's time ran out) or when the time may be the
+            # model's own (a program running long in the code tool).
+            infra = tool.infra_on_timeout and timeout >= self.config.tool_timeout_s
+            return ToolResult(f"The {name} tool did not answer within {timeout:.0f} seconds. Try again later or "
+                              "take another approach.", "timeout", infra=infra), None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            result = ToolResult(f"The {name} tool failed ({type(exc).__name__}: {exc}).", "error")
-            rec.error = f"{type(exc).__name__}: {exc}"
-        rec.status = result.status
-        rec.latency_s = time.monotonic() - t0
-        rec.meta = dict(result.meta)
-        if result.status != "ok" and rec.error is None:
-            rec.error = result.text[:500]
-        return result.text, rec
+            # An OSError (connection refused or reset, ...) escaping a tool is the environment's; other exceptions
+            # are a tool's bug, reported to the model as before.
+            error = f"{type(exc).__name__}: {exc}"
+            return ToolResult(f"The {name} tool failed ({error}).", "error", infra=isinstance(exc, OSError)), error
 
 
 @dataclass

@@ -34,7 +34,11 @@ class Segment:
 
 @dataclass
 class ToolCallRecord:
-    """One tool call: what was asked, how it went, how big the observation was."""
+    """One tool call: what was asked, how it went, how big the observation was.
+
+    ``infra``: the call still failed for infrastructure reasons after the engine's retries (``meta["infra_retries"]``
+    counts them), so its observation says nothing about the model (see :class:`afm.tools.base.ToolResult`).
+    """
 
     turn: int
     name: str
@@ -46,6 +50,7 @@ class ToolCallRecord:
     truncated: bool = False
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    infra: bool = False
 
 
 @dataclass
@@ -99,6 +104,12 @@ class Trajectory:
     def n_response_tokens(self) -> int:
         return self.n_model_tokens + self.n_observation_tokens
 
+    @property
+    def infra_failures(self) -> int:
+        """Tool calls that failed for infrastructure reasons after retries: the trajectory is no evidence about the
+        model when this is not 0 (evaluation stores it as failed, RL does not grade it)."""
+        return sum(1 for c in self.tool_calls if c.infra)
+
     def tool_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for c in self.tool_calls:
@@ -112,7 +123,7 @@ class Trajectory:
         d["response"] = self.response_text()
         d["counts"] = {"prompt_tokens": self.n_prompt_tokens, "model_tokens": self.n_model_tokens,
                        "observation_tokens": self.n_observation_tokens, "tool_calls": len(self.tool_calls),
-                       "turns": self.turns}
+                       "turns": self.turns, "infra_failures": self.infra_failures}
         return d
 
     def to_json(self) -> str:

@@ -4,6 +4,12 @@ A tool receives the body of its tag (``<web_search>body</web_search>``) and a :c
 trajectory so far, and returns a :class:`ToolResult` whose ``text`` becomes the ``<observation>`` body. Tools turn
 every expected failure (server down, bad argument, timeout) into an explanatory ``text`` with ``status != "ok"``;
 the engine additionally guards against unexpected exceptions and hangs, so a tool never crashes a rollout.
+
+``infra`` separates the environment's failures from the model's: True when the call failed for infrastructure
+reasons (the tool server unreachable, connection refused or reset, an HTTP 5xx or unreadable answer, no answer in
+time, the sandbox failing), never for a bad query, a 4xx, or a program's own error or timeout in the sandbox. The
+engine retries such a call (:class:`afm.agent.loop.ToolRunner`), and a trajectory still holding one afterwards is
+no evidence about the model: evaluation stores it as failed and RL does not grade it.
 """
 
 from __future__ import annotations
@@ -47,12 +53,17 @@ class ToolContext:
 
 @dataclass
 class ToolResult:
-    """The observation a tool returns; ``text`` goes between ``<observation>`` tags verbatim."""
+    """The observation a tool returns; ``text`` goes between ``<observation>`` tags verbatim.
+
+    ``infra``: the call failed for infrastructure reasons (see the module docstring), not because of its input.
+    ``meta["retryable"] = False`` tells the engine that retrying cannot help (no sandbox on this machine).
+    """
 
     text: str
     status: ToolStatus = "ok"
     latency_s: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    infra: bool = False
 
 
 class Tool(ABC):
@@ -63,6 +74,9 @@ class Tool(ABC):
     """
 
     name: ClassVar[str]
+    # Whether the engine's tool timeout passing means the infrastructure failed: True for a tool that only waits on
+    # a server; False where the time may be the model's own (the code tool's program running long).
+    infra_on_timeout: ClassVar[bool] = False
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         self.config: dict[str, Any] = dict(config or {})

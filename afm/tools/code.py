@@ -173,15 +173,18 @@ class CodeTool(Tool):
             return ToolResult(problem or NO_CODE_HINT, "error", time.monotonic() - t0, {"reason": "no_code"})
         sandbox = await self._get_sandbox()
         if sandbox is None:
+            # Infrastructure, but a retry cannot help: the machine has no sandbox until it is set up.
             return ToolResult("[FAILED] The code could not be run: no sandbox is available on this machine.",
                               "error", time.monotonic() - t0, {"reason": "sandbox_unavailable",
-                                                               "detail": self._sandbox_error})
+                                                               "detail": self._sandbox_error, "retryable": False},
+                              infra=True)
         res = await sandbox.arun(code, stdin)
         text = format_observation(res, self.max_obs_length, self.sandbox_config.limits)
         status = "ok" if res.status == "ok" else ("timeout" if res.status == "timeout" else "error")
+        # The program's own failures (error, timeout, memory) are the model's; only the sandbox failing is not.
         return ToolResult(text, status, time.monotonic() - t0,
                           {"exec_status": res.status, "exit_code": res.exit_code, "wall_s": res.wall_s,
-                           "cpu_s": res.cpu_s, "backend": res.backend})
+                           "cpu_s": res.cpu_s, "backend": res.backend}, infra=res.status == "sandbox_error")
 
     async def aclose(self) -> None:
         if self._sandbox is not None:

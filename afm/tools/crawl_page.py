@@ -15,7 +15,8 @@ Observation: the server's, one block per page (``Page 1 [url] Summary:\\n...`` o
 ``no_page_read``, or ``no_valid_url`` with advice when no item was a URL: the server answers those 200 with
 ``success: false``, as the original did). Server
 failures (down, timeout, 4xx/5xx, unreadable answers) become an explanatory observation with status ``error`` or
-``timeout``.
+``timeout``, marked ``infra`` unless the server rejected the request (4xx). A page the server could not read is
+the web's answer, not an infrastructure failure.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 from afm.env_defaults import port as env_port
 from afm.tools.base import ToolContext, ToolResult
-from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
+from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_result, server_token
 
 SUMMARY_TYPES = ("none", "once", "chunk", "page")
 SERVICE = "crawl server"
@@ -79,14 +80,12 @@ class CrawlPageTool(ServerTool):
         try:
             data, info = await self.client.post(payload)
         except ServerCallError as err:
-            text, status = failure_text(self.name, SERVICE, self.url, err, ADVICE_4XX)
-            return ToolResult(text, status, time.perf_counter() - t0,  # type: ignore[arg-type]
-                              {"reason": err.kind, "http_status": err.http_status, "attempts": err.attempts})
+            return failure_result(self.name, SERVICE, self.url, err, ADVICE_4XX, time.perf_counter() - t0)
         obs = data.get("obs") if isinstance(data, dict) else None
         if not isinstance(obs, str) or not obs.strip():
-            text, status = failure_text(self.name, SERVICE, self.url,
-                                        ServerCallError("bad_response", "no 'obs' observation text"), "")
-            return ToolResult(text, status, time.perf_counter() - t0, {"reason": "bad_response"})  # type: ignore[arg-type]
+            return failure_result(self.name, SERVICE, self.url,
+                                  ServerCallError("bad_response", "no 'obs' observation text"), "",
+                                  time.perf_counter() - t0)
         ok = bool(data.get("success", True))
         pages = data.get("pages")
         reason = None if ok else "no_page_read"

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import httpx
 
-from afm.tools.base import Tool
+from afm.tools.base import Tool, ToolResult
 
 FailureKind = Literal["unreachable", "timeout", "http", "bad_response"]
 
@@ -108,6 +108,21 @@ def server_token(config: dict[str, Any]) -> str | None:
     return config.get("token") or os.environ.get("AFM_SERVER_TOKEN") or None
 
 
+def is_infra(err: ServerCallError) -> bool:
+    """Whether a failed call is the infrastructure's fault (server unreachable, timeout, 5xx, unreadable answer),
+    not the request's (a 4xx)."""
+    return err.kind != "http" or (err.http_status is not None and err.http_status >= 500)
+
+
+def failure_result(tool: str, service: str, url: str, err: ServerCallError, advice_4xx: str, latency_s: float,
+                   **meta: Any) -> ToolResult:
+    """The :class:`ToolResult` of a failed call: :func:`failure_text`, the reason in ``meta``, and ``infra``."""
+    text, status = failure_text(tool, service, url, err, advice_4xx)
+    return ToolResult(text, status, latency_s,  # type: ignore[arg-type]
+                      {"reason": err.kind, "http_status": err.http_status, "attempts": err.attempts, **meta},
+                      infra=is_infra(err))
+
+
 def failure_text(tool: str, service: str, url: str, err: ServerCallError, advice_4xx: str) -> tuple[str, str]:
     """``(observation text, status)`` telling the model what went wrong and what to do next."""
     status = "timeout" if err.kind == "timeout" or err.http_status == 504 else "error"
@@ -139,6 +154,7 @@ class ServerTool(Tool):
     """A tool that talks to one of our servers through ``self.client`` (a :class:`JsonClient`)."""
 
     client: JsonClient
+    infra_on_timeout = True  # the time is spent waiting on the server
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -19,7 +19,7 @@ Observation (the original's format)::
     2. …
 
 No results: ``No results found for query: '<q>'. Use a less specific query.`` Failures become an explanatory
-observation with status ``error`` or ``timeout``.
+observation with status ``error`` or ``timeout``, marked ``infra`` unless the server rejected the query (4xx).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from afm.env_defaults import port as env_port
 from afm.tools.base import ToolContext, ToolResult
-from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
+from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_result, server_token
 
 _VIDEO_NOISE = "Your browser can't play this video."
 
@@ -84,14 +84,12 @@ class WebSearchTool(ServerTool):
         try:
             data, info = await self.client.post({"q": query, "num": self.num_results})
         except ServerCallError as err:
-            text, status = failure_text(self.name, "search server", self.url, err,
-                                        "Rewrite it as a short plain-text search phrase.")
-            return ToolResult(text, status, time.perf_counter() - t0,  # type: ignore[arg-type]
-                              {"reason": err.kind, "http_status": err.http_status, "attempts": err.attempts})
+            return failure_result(self.name, "search server", self.url, err,
+                                  "Rewrite it as a short plain-text search phrase.", time.perf_counter() - t0)
         organic = data.get("organic") if isinstance(data, dict) else None
         if not isinstance(organic, list) or not all(isinstance(x, dict) for x in organic):
-            text, status = failure_text(self.name, "search server", self.url,
-                                        ServerCallError("bad_response", "no 'organic' result list"), "")
-            return ToolResult(text, status, time.perf_counter() - t0, {"reason": "bad_response"})  # type: ignore[arg-type]
+            return failure_result(self.name, "search server", self.url,
+                                  ServerCallError("bad_response", "no 'organic' result list"), "",
+                                  time.perf_counter() - t0)
         return ToolResult(format_results(query, organic), "ok", time.perf_counter() - t0,
                           {"n_results": len(organic), "cached": bool(data.get("cached")), **info})

@@ -10,7 +10,8 @@ connection errors, timeouts, 5xx), ``backoff`` (0.5 s, doubled per retry), ``max
 (bearer token; default ``$AFM_SERVER_TOKEN``).
 
 Observation (the original's format): per document ``Doc i (Title: <first line of contents>)\\n<rest>``, joined by
-a blank line. Failures become an explanatory observation with status ``error`` or ``timeout``.
+a blank line. Failures become an explanatory observation with status ``error`` or ``timeout``, marked ``infra``
+unless the server rejected the query (4xx).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from afm.env_defaults import port as env_port
 from afm.tools.base import ToolContext, ToolResult
-from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_text, server_token
+from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_result, server_token
 
 
 def default_wiki_url() -> str:
@@ -86,15 +87,14 @@ class WikiSearchTool(ServerTool):
         try:
             data, info = await self.client.post({"queries": queries, "topk": self.topk, "return_scores": True})
         except ServerCallError as err:
-            text, status = failure_text(self.name, "wiki retrieval server", self.url, err,
-                                        "Rewrite the query as a short plain-text phrase.")
-            return self._fail(text, t0, err.kind, status, http_status=err.http_status, attempts=err.attempts)
+            return failure_result(self.name, "wiki retrieval server", self.url, err,
+                                  "Rewrite the query as a short plain-text phrase.", time.perf_counter() - t0)
         result = data.get("result") if isinstance(data, dict) else None
         per_query = [_documents(x) for x in result] if isinstance(result, list) else None
         if per_query is None or len(per_query) != len(queries) or any(d is None for d in per_query):
-            text, status = failure_text(self.name, "wiki retrieval server", self.url,
-                                        ServerCallError("bad_response", "no 'result' list of documents per query"), "")
-            return self._fail(text, t0, "bad_response", status)
+            return failure_result(self.name, "wiki retrieval server", self.url,
+                                  ServerCallError("bad_response", "no 'result' list of documents per query"), "",
+                                  time.perf_counter() - t0)
         text = "\n---\n".join(format_documents(q, d or []) for q, d in zip(queries, per_query, strict=True))
         return ToolResult(text, "ok", time.perf_counter() - t0,
                           {"n_queries": len(queries), "n_documents": sum(len(d or []) for d in per_query), **info})
