@@ -95,9 +95,36 @@ def test_infer_stops_gracefully_on_sigint(llm, tiny_model, tmp_path):
                                     stderr=subprocess.PIPE, text=True)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr[-2000:]
+    assert proc.returncode == 130, stderr[-2000:]  # interrupted is not done: `afm infer && next` stops here
     run = json.loads(stdout.strip().splitlines()[-1])
     lines = out.read_text().splitlines()
     # every one of the 16 tasks is accounted for once: finished (on disk) or cancelled, none failed
-    assert run == {"done": len(lines), "skipped": 0, "failed": 0, "cancelled": 16 - len(lines), "interrupted": True}
+    assert run == {"done": len(lines), "skipped": 0, "failed": 0, "cancelled": 16 - len(lines), "interrupted": True,
+                   "signal": "SIGINT"}
     assert 2 <= len(lines) < 16 and all(json.loads(line)["finish_reason"] == "answer" for line in lines)
+    assert f"interrupted by SIGINT: {16 - len(lines)} of 16 trajectories have no result" in stderr
+
+
+def test_engine_errors_are_failures_and_a_resume_retries_them(llm, tiny_model, tmp_path):
+    llm.reset()
+    llm.rules({"match": "", "status": 500, "content": "engine down"})
+    q = write_questions(tmp_path / "q.jsonl", 2)
+    out = tmp_path / "traj.jsonl"
+    down = subprocess.run(infer_cmd(llm, tiny_model, q, out), capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert down.returncode == 1, down.stderr[-2000:]
+    assert json.loads(down.stdout.strip().splitlines()[-1])["failed"] == 4
+    assert "trajectories: 0 (with an answer: 0; failed, retried by a rerun: 4)" in down.stdout
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 4 and all(r["status"] == "failed" for r in records)
+    assert all(r["failure"].startswith("engine: ") and "500" in r["failure"] for r in records), records[0]["failure"]
+    assert "4 of 4 trajectories have no result (4 failed, 0 not run)" in down.stderr
+
+    llm.reset()  # the engine is back: the same command runs the failed ones again, and only those
+    llm.rules({"match": "", "content": "<think> t </think>\n<answer>A</answer>"})
+    again = subprocess.run(infer_cmd(llm, tiny_model, q, out), capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    run = json.loads(again.stdout.strip().splitlines()[-1])
+    assert run["done"] == 4 and run["failed"] == 0 and run["skipped"] == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 8 and all(r["status"] == "ok" and r["finish_reason"] == "answer" for r in records[4:])
+    assert "trajectories: 4 (with an answer: 4)" in again.stdout and "finish reasons: answer=4" in again.stdout

@@ -7,6 +7,12 @@
 The backend is an OpenAI-compatible completions server (vLLM/SGLang; token ids in and out) or, with
 ``--backend hf``, the model loaded in this process. Tools come from ``--tools-config`` (YAML, see
 ``configs/tools/``) or are built with their defaults for the prompt's tools.
+
+A trajectory whose generation failed (the engine answered an error) or that still holds a tool call failed for
+infrastructure reasons after the engine's retries (``--tool-infra-retry``) is stored with ``"status": "failed"``
+and its ``failure``, counted as failed, and run again by the same command (resume). Exit status: 0 when every
+question is done, 1 when some failed, 130/143 when interrupted by SIGINT/SIGTERM, 1 when a result could not be
+written (disk full; nothing stored before is lost).
 """
 
 from __future__ import annotations
@@ -20,7 +26,17 @@ from typing import Any
 
 from afm.agent.backend import ModelBackend, SamplingParams
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
-from afm.agent.runner import JsonlStore, RolloutTask, format_summary, run_tasks, summarize
+from afm.agent.runner import (
+    FAILED,
+    JsonlStore,
+    RolloutTask,
+    StoreWriteError,
+    format_summary,
+    run_tasks,
+    summarize,
+)
+from afm.agent.runner import exit_code as run_exit_code
+from afm.agent.runner import missing as missing_tasks
 from afm.agent.tokens import TokenizerAdapter
 from afm.table_io import read_rows
 from afm.tools import Tool, build_tool, load_tools_config
@@ -73,6 +89,21 @@ def build_tools(names: tuple[str, ...], config_path: str | None) -> dict[str, To
     return {n: tools[n] for n in names}
 
 
+def trajectory_failure(traj: Any) -> str | None:
+    """Why a trajectory is an infrastructure failure rather than a result, or None.
+
+    ``engine: ...`` when the generation failed (the model server answered an error), ``tool: ...`` when a tool
+    call still failed for infrastructure reasons after the engine's retries (server down, 5xx, timeout, sandbox).
+    """
+    if traj.finish_reason == "error":
+        return f"engine: {traj.error or 'generation failed'}"
+    if traj.infra_failures:
+        first = next(c for c in traj.tool_calls if c.infra)
+        detail = " ".join(str(first.error or first.status).split())[:300]
+        return f"tool: {traj.infra_failures} call(s) failed on infrastructure after retries ({first.name}: {detail})"
+    return None
+
+
 class InputError(ValueError):
     """A bad question file or prompt key, found before anything runs."""
 
@@ -96,7 +127,7 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
     config = AgentConfig(tools=tool_names, sampling=sampling, max_turns=args.max_turns,
                          max_tokens_per_turn=args.max_tokens_per_turn, max_response_tokens=args.max_response_tokens,
                          max_model_len=args.max_model_len, tool_timeout_s=args.tool_timeout,
-                         trajectory_timeout_s=args.trajectory_timeout)
+                         tool_infra_retry_s=args.tool_infra_retry, trajectory_timeout_s=args.trajectory_timeout)
     runner = ToolRunner(tools, config)
     rows = {r["_id"]: r for r in questions}
     if args.limit:
@@ -114,8 +145,10 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
         s = sampling if args.seed is None else sampling.with_(seed=args.seed + task.sample)
         traj = await run_trajectory(backend, tok, runner, config, prompt_ids, question=task.question, sampling=s,
                                     meta={"prompt_key": prompt.key, "prompt_version": prompt.version})
+        failure = trajectory_failure(traj)
         record = {"key": task.key, "id": qid, "sample": task.sample, "question": task.question,
-                  "gold": row.get(args.answer_key) if args.answer_key else None, **traj.to_dict()}
+                  "gold": row.get(args.answer_key) if args.answer_key else None,
+                  "status": FAILED if failure else "ok", "failure": failure, **traj.to_dict()}
         if not args.keep_ids:
             record.pop("prompt_ids", None)
         return record
@@ -123,10 +156,12 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
     try:
         counts = await run_tasks(tasks, run_one, store, concurrency=args.concurrency, progress=not args.quiet)
     finally:
-        store.close()
-        for tool in tools.values():
-            await tool.aclose()
-        await backend.aclose()
+        try:
+            store.close()
+        finally:
+            for tool in tools.values():
+                await tool.aclose()
+            await backend.aclose()
     summary = summarize(store.records())
     summary["run"] = counts
     return summary
@@ -139,6 +174,8 @@ LIMIT_FLAGS: dict[str, tuple[str, type, str]] = {
     "--max-response-tokens": ("max_response_tokens", int, "model + observation tokens after the prompt"),
     "--max-model-len": ("max_model_len", int, "prompt + response tokens"),
     "--tool-timeout": ("tool_timeout_s", float, "seconds per tool call"),
+    "--tool-infra-retry": ("tool_infra_retry_s", float, "seconds a tool call that failed for infrastructure reasons "
+                           "(server down, 5xx, timeout) is retried before the sample counts as failed; 0 = never"),
     "--trajectory-timeout": ("trajectory_timeout_s", float, "seconds per trajectory"),
 }
 
@@ -159,7 +196,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-style", choices=["user", "system"], default="user")
     p.add_argument("--tools-config", default=None, help="tools YAML (configs/tools/*.yaml)")
     p.add_argument("--seed", type=int, default=None, help="base seed (sample k uses seed + k)")
-    _add_limits(p, ("--max-model-len", "--tool-timeout", "--trajectory-timeout"))
+    _add_limits(p, ("--max-model-len", "--tool-timeout", "--tool-infra-retry", "--trajectory-timeout"))
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=8, help="hf backend: sequences per generate call")
     p.add_argument("--request-timeout", type=float, default=600.0)
@@ -194,9 +231,19 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, BackendLoadError) as exc:
         print(f"afm infer: {exc}", file=sys.stderr)
         return 2
+    except StoreWriteError as exc:  # disk full: one line, not a traceback; what was stored stays
+        print(f"afm infer: stopped: {exc}; everything written before is kept: free space and run the same command "
+              "again to resume", file=sys.stderr)
+        return 1
     print(format_summary(summary))
-    print(json.dumps(summary["run"]))
-    return 0 if not summary["run"]["failed"] else 1
+    run = summary["run"]
+    print(json.dumps(run))
+    if run["interrupted"] or run["failed"]:
+        why = f"interrupted by {run['signal']}" if run["interrupted"] else "incomplete"
+        print(f"afm infer: {why}: {missing_tasks(run)} of {missing_tasks(run) + run['done'] + run['skipped']} trajectories have "
+              f"no result ({run['failed']} failed, {run['cancelled']} not run); run the same command again to "
+              "finish them", file=sys.stderr)
+    return run_exit_code(run)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,18 @@
 
 Results go to an append-only JSONL file, one record per (question id, sample) key. A run killed at any point
 restarts where it stopped: finished keys are skipped, a half-written last line is cut off, nothing is written
-twice. A record with ``"status": "failed"`` (an infrastructure failure: engine, sandbox or judge) is kept on disk
-for the record but does not finish its key, so the next run retries it and appends the new record after it.
+twice. A record with ``"status": "failed"`` (an infrastructure failure: engine, tool, sandbox or judge) is kept on
+disk for the record but does not finish its key, so the next run retries it and appends the new record after it.
+
+A write that fails (disk full, file too large, I/O error) stops the run at once: the partial line is cut off, the
+tasks still running are cancelled, and :func:`run_tasks` raises :class:`StoreWriteError` with one clear message;
+everything stored before is intact, so the same command resumes once space is freed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -40,10 +45,23 @@ def is_failed(record: dict[str, Any]) -> bool:
     return record.get("status") == FAILED
 
 
+class StoreWriteError(OSError):
+    """A result could not be written (disk full, file too large, I/O error): the run stopped at that write."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(exc.errno, f"cannot write {path}: {exc.strerror or exc}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class JsonlStore:
     """Append-only JSONL results keyed by ``record["key"]``; safe to reopen after a crash.
 
-    Only records that are not :func:`is_failed` finish their key; a failed key can be appended again.
+    Only records that are not :func:`is_failed` finish their key; a failed key can be appended again. Each record
+    is written with one unbuffered write; when that fails the file is cut back to its last whole line and
+    :class:`StoreWriteError` is raised (the store then refuses further writes).
     """
 
     def __init__(self, path: str | os.PathLike, fsync_every: int = 16) -> None:
@@ -52,8 +70,9 @@ class JsonlStore:
         self.fsync_every = fsync_every
         self.keys: set[str] = set()
         self.repaired_bytes = 0
+        self.broken: StoreWriteError | None = None
         self._repair_and_load()
-        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the store's lifetime
+        self._f = open(self.path, "ab", buffering=0)  # noqa: SIM115 - open for the store's lifetime
         self._pending = 0
 
     def _repair_and_load(self) -> None:
@@ -77,21 +96,41 @@ class JsonlStore:
         return key in self.keys
 
     def append(self, record: dict[str, Any]) -> None:
+        """Write one record (a key already finished is skipped); :class:`StoreWriteError` when it cannot be."""
         if record["key"] in self.keys:
             return
-        self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._f.flush()
+        if self.broken is not None:
+            raise self.broken
+        data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        fd = self._f.fileno()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:  # a short write (a full disk) returns less than asked: the rest raises on the next try
+                view = view[os.write(fd, view):]
+            self._pending += 1
+            if self._pending >= self.fsync_every:
+                os.fsync(fd)
+                self._pending = 0
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # a half line would be cut on reopen anyway; cut it now
+                os.ftruncate(fd, start)
+            self.broken = StoreWriteError(self.path, exc)
+            raise self.broken from exc
         if not is_failed(record):
             self.keys.add(record["key"])
-        self._pending += 1
-        if self._pending >= self.fsync_every:
-            os.fsync(self._f.fileno())
-            self._pending = 0
 
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.flush()
-            os.fsync(self._f.fileno())
+        """Flush to disk and close; :class:`StoreWriteError` when the final sync fails (never after one did)."""
+        if self._f.closed:
+            return
+        try:
+            if self.broken is None:
+                os.fsync(self._f.fileno())
+        except OSError as exc:
+            self.broken = StoreWriteError(self.path, exc)
+            raise self.broken from exc
+        finally:
             self._f.close()
 
     def records(self) -> list[dict[str, Any]]:
@@ -107,13 +146,14 @@ class JsonlStore:
 async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask], Awaitable[dict[str, Any]]],
                     store: JsonlStore, *, concurrency: int = 64, progress: bool = True,
                     desc: str = "trajectories") -> dict[str, Any]:
-    """Run every task not yet in ``store``; returns counts (done, skipped, failed, cancelled).
+    """Run every task not yet in ``store``; returns counts (done, skipped, failed, cancelled, interrupted, signal).
 
     ``run_one`` returns the record to store (it must contain ``key``); an exception it raises, or a record that
     :func:`is_failed` (stored, with its ``failure`` reason), counts the task as failed, reported with the task's
     key above the bar or, without one, as a log warning. SIGINT/SIGTERM stop the launch of new tasks and cancel
-    running ones; everything finished before that is already on disk. ``done + failed + cancelled`` equals the
-    tasks not skipped.
+    running ones; everything finished before that is already on disk, and ``signal`` names the signal (the
+    CLIs exit with 128 + its number). ``done + failed + cancelled`` equals the tasks not skipped. A failed write
+    stops the run the same way and raises :class:`StoreWriteError` once the running tasks are cancelled.
     """
     all_tasks = list(tasks)
     todo = [t for t in all_tasks if t.key not in store]
@@ -121,9 +161,16 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
+    got: list[signal.Signals] = []
+    write_error: list[StoreWriteError] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        got.append(sig)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread, or no signals here: Ctrl-C then just raises
@@ -152,7 +199,14 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
                 counts["failed"] += 1
                 report(f"[{task.key}] failed: {type(exc).__name__}: {exc}")
                 return
-            store.append(record)
+            try:
+                store.append(record)
+            except StoreWriteError as exc:  # nothing more can be stored: stop everything, say it once, below
+                counts["cancelled"] += 1
+                if not write_error:
+                    write_error.append(exc)
+                stop.set()
+                return
             if is_failed(record):  # stored for the record, retried on resume
                 counts["failed"] += 1
                 report(f"[{task.key}] failed: {record.get('failure') or 'no reason given'}")
@@ -168,6 +222,9 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
         while pending:
             done, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
             pending.discard(waiter)
+            for t in done - {waiter}:  # a bug in storing a record surfaces here, never as an unretrieved task
+                if not t.cancelled() and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
             if waiter in done:
                 for t in pending:
                     t.cancel()
@@ -176,16 +233,42 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
                 break
     finally:
         waiter.cancel()
+        leftovers = [t for t in running if not t.done()]
+        for t in leftovers:
+            t.cancel()
+        if leftovers:
+            await asyncio.gather(*leftovers, return_exceptions=True)
         for sig in installed:
             loop.remove_signal_handler(sig)
         if bar is not None:
             bar.close()
-    return {"done": counts["done"], "skipped": skipped,
-            "failed": counts["failed"], "cancelled": counts["cancelled"], "interrupted": stop.is_set()}
+    if write_error:
+        raise write_error[0]
+    return {"done": counts["done"], "skipped": skipped, "failed": counts["failed"], "cancelled": counts["cancelled"],
+            "interrupted": bool(got), "signal": got[0].name if got else None}
+
+
+def exit_code(counts: dict[str, Any]) -> int:
+    """The exit status of a run with these counts: 128 + the signal's number when interrupted (130 for SIGINT,
+    143 for SIGTERM), 1 when tasks failed, else 0."""
+    if counts.get("interrupted"):
+        return 128 + int(getattr(signal, counts.get("signal") or "SIGINT"))
+    return 1 if counts.get("failed") else 0
+
+
+def missing(counts: dict[str, Any]) -> int:
+    """Tasks of the run that have no finished result (failed, or never run because it was stopped)."""
+    return int(counts.get("failed", 0)) + int(counts.get("cancelled", 0))
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Finish reasons, tool-call histogram, per-tool counts and token means over trajectory records."""
+    """Finish reasons, tool-call histogram, per-tool counts and token means over trajectory records.
+
+    Failed records (see :func:`is_failed`) are no result: they are left out, and the keys still failed (not
+    finished by a later record) are counted as ``failed``."""
+    finished = {r.get("key") for r in records if not is_failed(r)}
+    failed = {r.get("key") for r in records if is_failed(r)} - finished
+    records = [r for r in records if not is_failed(r)]
     n = len(records)
     finish = Counter(r.get("finish_reason") for r in records)
     calls_hist = Counter(len(r.get("tool_calls", [])) for r in records)
@@ -196,14 +279,15 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         return sum(r.get("counts", {}).get(key, 0) for r in records) / n if n else 0.0
 
     return {"trajectories": n, "finish_reasons": dict(finish), "tool_calls_histogram": dict(sorted(calls_hist.items())),
-            "tool_calls_per_tool": dict(per_tool), "tool_call_status": dict(status),
+            "tool_calls_per_tool": dict(per_tool), "tool_call_status": dict(status), "failed": len(failed),
             "with_answer": sum(r.get("answer") is not None for r in records),
             "mean_model_tokens": round(mean("model_tokens"), 1),
             "mean_observation_tokens": round(mean("observation_tokens"), 1), "mean_turns": round(mean("turns"), 2)}
 
 
 def format_summary(s: dict[str, Any]) -> str:
-    lines = [f"trajectories: {s['trajectories']} (with an answer: {s['with_answer']})",
+    failed = f"; failed, retried by a rerun: {s['failed']}" if s.get("failed") else ""
+    lines = [f"trajectories: {s['trajectories']} (with an answer: {s['with_answer']}{failed})",
              "finish reasons: " + ", ".join(f"{k}={v}" for k, v in s["finish_reasons"].items()),
              "tool calls per trajectory: " + ", ".join(f"{k}:{v}" for k, v in s["tool_calls_histogram"].items()),
              "calls per tool: " + (", ".join(f"{k}={v}" for k, v in s["tool_calls_per_tool"].items()) or "none"),

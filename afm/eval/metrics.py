@@ -13,7 +13,7 @@ and a seeded percentile-bootstrap confidence interval (resampling questions with
   first sample that gave the winning answer.
 - **best-of-N**: a selector picks one of the N samples; the score is that sample's ``acc``.
 
-Records stored with ``"status": "failed"`` (infrastructure failures: engine, sandbox, judge; see
+Records stored with ``"status": "failed"`` (infrastructure failures: engine, tool, sandbox, judge; see
 :mod:`afm.eval.run`) are no result: they are left out of every metric and counted apart (``infra_failures``),
 and a later record of the same key (the retry) replaces them.
 
@@ -374,12 +374,15 @@ def _is_lcb(rec: dict[str, Any]) -> bool:
     return "livecodebench" in name or "lcb" in name
 
 
-def caveats(records: Sequence[dict[str, Any]], failed: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def caveats(records: Sequence[dict[str, Any]], failed: Sequence[dict[str, Any]],
+            expected: dict[str, int] | None = None) -> dict[str, Any]:
     """What makes a run's scores weaker than they look, per benchmark (the report puts it in its headline).
 
     ``judge_fallback``: samples scored by EM/F1 because no judge was configured or reachable;
     ``lcb_public_only``: LiveCodeBench samples graded without private tests; ``infra_failures``: samples that
-    failed on infrastructure and are in no score, by kind (engine, sandbox, judge).
+    failed on infrastructure and are in no score, by kind (engine, tool, sandbox, judge); ``not_run``: samples the
+    run should hold (``expected``, per benchmark: config.json's ``expected_samples``) that have no record at all,
+    because the run was interrupted or is still going.
     """
     def per_bench(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
         return dict(Counter(str(r["benchmark"]) for r in rows))
@@ -388,9 +391,13 @@ def caveats(records: Sequence[dict[str, Any]], failed: Sequence[dict[str, Any]])
     fallback = per_bench(r for r in records if r.get("method") == "em_f1_fallback")
     public = per_bench(r for r in records if _is_lcb(r) and r.get("tests_from") in ("inline", "file_public_only"))
     kinds = Counter(str(r.get("failure") or "unknown").split(":", 1)[0] for r in failed)
+    failed_per_bench = per_bench(failed)
+    not_run = {b: n - totals.get(b, 0) - failed_per_bench.get(b, 0) for b, n in (expected or {}).items()}
+    not_run = {b: n for b, n in not_run.items() if n > 0}
     return {"judge_fallback": {b: [n, totals[b]] for b, n in fallback.items()},
             "lcb_public_only": {b: [n, totals[b]] for b, n in public.items()},
-            "infra_failures": {"total": len(failed), "by_benchmark": per_bench(failed), "by_kind": dict(kinds)}}
+            "infra_failures": {"total": len(failed), "by_benchmark": failed_per_bench, "by_kind": dict(kinds)},
+            "not_run": {"total": sum(not_run.values()), "by_benchmark": not_run}}
 
 
 def _macro(per_bench: dict[str, dict[str, Any]], resamples: int, seed: int, confidence: float,
@@ -450,6 +457,14 @@ def summarize_records(results: RunResults, ks: Sequence[int] | None = None, sele
                             seed=seed, confidence=confidence)
 
 
+def _expected(config: dict[str, Any]) -> dict[str, int]:
+    """Samples per benchmark a complete run holds, from config.json (older runs did not record it: none)."""
+    raw = config.get("expected_samples")
+    if not isinstance(raw, dict):
+        return {}
+    return {str(b): int(n) for b, n in raw.items() if isinstance(n, int) and not isinstance(n, bool)}
+
+
 def _selector_name(selector: Any) -> str | None:
     return None if selector is None else getattr(selector, "name", type(selector).__name__)
 
@@ -469,7 +484,7 @@ def summarize_groups(results: RunResults, groups: dict[str, list[Question]], ks:
                "finish_reasons": dict(Counter(str(r.get("finish_reason")) for r in all_records).most_common()),
                "scoring_methods": dict(Counter(str(r.get("method")) for r in all_records).most_common()),
                "errors": sum(bool(r.get("error")) for r in all_records), "tools": tool_stats(all_records),
-               "caveats": caveats(all_records, results.failed)}
+               "caveats": caveats(all_records, results.failed, _expected(results.config))}
     return {"run_dir": str(results.path.parent) if results.path else None, "config": results.config,
             "records": len(all_records), "bad_lines": results.bad_lines, "duplicates": results.duplicates,
             "ks": ks, "solved_threshold": SOLVED, "selector": selector_name,

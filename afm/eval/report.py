@@ -186,6 +186,11 @@ def _caveat_lines(summary: dict[str, Any]) -> list[str]:
         benches = ", ".join(f"{b}: {n}" for b, n in infra["by_benchmark"].items())
         lines.append(f"> **{infra['total']} samples failed on infrastructure** ({kinds}; {benches}) and are in no "
                      "score; run the same `afm eval run` command again to retry them.")
+    not_run = c.get("not_run") or {}
+    if not_run.get("total"):
+        benches = ", ".join(f"{b}: {n}" for b, n in not_run["by_benchmark"].items())
+        lines.append(f"> **Incomplete run: {not_run['total']} samples not run yet** ({benches}); the scores are "
+                     "over the samples run so far. Run the same `afm eval run` command again to finish them.")
     return [*lines, ""] if lines else []
 
 

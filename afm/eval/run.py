@@ -8,11 +8,18 @@ flags override them. Results are append-only, keyed by (benchmark, question id, 
 where it stopped, without duplicates. At the end the run is summarised (avg@k, pass@k, maj@k, CIs, efficiency)
 and ``report.md`` + plots are written into the run folder.
 
-Infrastructure failures are not wrong answers: a sample whose generation ended in an engine error, whose code
-ran into a ``sandbox_error`` or whose configured judge gave no verdict is stored with ``"status": "failed"`` and
-its ``failure``; it is left out of every score, counted apart in the report, and run again when the same command
-is run again (resume). The run warns at its start when scores will be weaker than they look: no judge configured
-or reachable for judge-scored benchmarks (EM/F1 fallback), or LiveCodeBench without its private tests.
+Infrastructure failures are not wrong answers: a sample whose generation ended in an engine error, whose tool
+call still failed for infrastructure reasons after the engine's retries (a tool server down, 5xx or timing out, the
+code tool's sandbox failing; ``--tool-infra-retry``), whose code was graded into a ``sandbox_error`` or whose
+configured judge gave no verdict is stored with ``"status": "failed"`` and its ``failure`` (kind ``engine``,
+``tool``, ``sandbox``, ``judge``); it is left out of every score, counted apart in the report, and run again when
+the same command is run again (resume). The run warns at its start when scores will be weaker than they look: no
+judge configured or reachable for judge-scored benchmarks (EM/F1 fallback), or LiveCodeBench without its private
+tests.
+
+Exit status: 0 when every sample has a result, 1 when some failed (or a result could not be written: disk full),
+130/143 when interrupted by SIGINT/SIGTERM (the report is then not written; ``afm eval report`` on the folder says
+how many samples are not run yet), 2 for bad input.
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from afm.agent.backend import SamplingParams
-from afm.agent.infer import BackendLoadError, build_backend, build_tools
+from afm.agent.infer import BackendLoadError, build_backend, build_tools, trajectory_failure
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
-from afm.agent.runner import FAILED, JsonlStore, RolloutTask, run_tasks
+from afm.agent.runner import FAILED, JsonlStore, RolloutTask, StoreWriteError, exit_code, missing, run_tasks
 
 logger = logging.getLogger("afm.eval")
 RESULTS = "results.jsonl"
@@ -56,7 +63,8 @@ def _check_config(run_dir: Path, config: dict[str, Any], force: bool) -> None:
         if clash and not force:
             raise SystemExit(f"{path} was written by a run with different settings {clash}; use another --run-dir "
                              "or --force to mix them")
-        config = {**old, **config, "benchmarks": sorted(set(old.get("benchmarks", [])) | set(config["benchmarks"]))}
+        config = {**old, **config, "benchmarks": sorted(set(old.get("benchmarks", [])) | set(config["benchmarks"])),
+                  "expected_samples": {**old.get("expected_samples", {}), **config.get("expected_samples", {})}}
     run_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=1))
 
@@ -100,9 +108,10 @@ def start_warnings(specs: dict[str, Any], env: dict[str, str] | None = None) -> 
 
 
 def _failure(traj: Any, reward: dict[str, Any]) -> str | None:
-    """Why a sample is an infrastructure failure (engine, sandbox or judge), or None when it is a real result."""
-    if traj.finish_reason == "error":
-        return f"engine: {traj.error or 'generation failed'}"
+    """Why a sample is an infrastructure failure (engine, tool, sandbox or judge), or None for a real result."""
+    failure = trajectory_failure(traj)
+    if failure:
+        return failure
     if reward.get("infra_error"):
         kind = "sandbox" if reward.get("method") == "code_tests" else "judge"
         return f"{kind}: {reward.get('error') or 'no detail'}"
@@ -146,7 +155,9 @@ async def evaluate(args: argparse.Namespace,
     settings = {b: _sampling(dict(specs[b].sampling), args) for b in names}
     config = {"model": args.model, "backend": args.backend, "base_url": args.base_url if args.backend == "openai"
               else None, "prompt_style": args.prompt_style, "benchmarks": names, "seed": args.seed,
-              "settings": settings, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv[1:]}
+              "settings": settings, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv[1:],
+              # what a complete run holds, so that a report of an unfinished one says so
+              "expected_samples": {b: len(items[b]) * settings[b]["n"] for b in names}}
     backend, tok = build_backend(args)  # before the run folder is written: a wrong tokenizer name leaves none
     try:
         _check_config(run_dir, config, args.force)
@@ -175,7 +186,7 @@ async def evaluate(args: argparse.Namespace,
                           max_turns=s.get("max_turns", 25), max_tokens_per_turn=s.get("max_tokens_per_turn", 4096),
                           max_response_tokens=s.get("max_response_tokens", 30720),
                           max_model_len=args.max_model_len, tool_timeout_s=args.tool_timeout,
-                          trajectory_timeout_s=args.trajectory_timeout)
+                          tool_infra_retry_s=args.tool_infra_retry, trajectory_timeout_s=args.trajectory_timeout)
         agents[b] = (cfg, ToolRunner({t: tools[t] for t in specs[b].tools}, cfg), get_prompt(specs[b].prompt))
     by_key = {}
     tasks = []
@@ -197,7 +208,7 @@ async def evaluate(args: argparse.Namespace,
                                     meta={"prompt_key": prompt.key, "prompt_version": prompt.version})
         solution = traj.response_text()
         error = traj.error
-        if traj.finish_reason == "error":  # the engine failed: nothing to score
+        if trajectory_failure(traj):  # the engine or a tool server failed: nothing to score
             reward: dict[str, Any] = {"score": 0.0, "acc": 0.0, "method": "not_scored", "pred": None}
         else:
             try:
@@ -230,10 +241,12 @@ async def evaluate(args: argparse.Namespace,
         counts = await run_tasks(tasks, run_one, store, concurrency=args.concurrency, progress=not args.quiet,
                                  desc="eval")
     finally:
-        store.close()
-        for tool in tools.values():
-            await tool.aclose()
-        await backend.aclose()
+        try:
+            store.close()
+        finally:
+            for tool in tools.values():
+                await tool.aclose()
+            await backend.aclose()
     return counts
 
 
@@ -272,13 +285,25 @@ def main(argv: list[str] | None = None) -> int:
     except BackendLoadError as exc:  # a wrong model or tokenizer name
         print(f"afm eval run: {exc}", file=sys.stderr)
         return 2
+    except StoreWriteError as exc:  # disk full: one line, not a traceback; what was stored stays
+        print(f"afm eval run: stopped: {exc}; every result written before is kept: free space and run the same "
+              "command again to resume", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the run folder cannot be written at all (config.json on a full disk, no permission)
+        print(f"afm eval run: stopped: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps({"run": counts}))
-    if not args.no_report:
+    if counts["interrupted"] or counts["failed"]:
+        total = missing(counts) + counts["done"] + counts["skipped"]
+        why = f"interrupted by {counts['signal']}" if counts["interrupted"] else "incomplete"
+        print(f"afm eval run: {why}: {missing(counts)} of {total} samples have no result ({counts['failed']} failed, "
+              f"{counts['cancelled']} not run); run the same command again to finish them", file=sys.stderr)
+    if not args.no_report and not counts["interrupted"]:  # stopped on request: stop now, report later
         from afm.eval.report import write_report
 
         path = write_report(args.run_dir)
         print(f"report: {path}")
-    return 0 if not counts["failed"] else 1
+    return exit_code(counts)
 
 
 if __name__ == "__main__":
