@@ -155,8 +155,9 @@ class AfmAgentLoop(AgentLoopBase):
         raise_on_error: raise when a trajectory ends in an engine error (server failure) instead of returning
             it with finish_reason ``error`` (true); tool failures never raise, they become observations.
         trace_dir: append every trajectory as it goes to the trainer (prompt and response ids, the response mask,
-            the observation texts, finish reason, the server's global step) to ``<trace_dir>/afm_agent.<pid>.jsonl``
-            (default ``$AFM_RL_TRACE_DIR``; unset = off). For checking what RL trains on; large on real runs.
+            the observation texts, finish reason, tool infrastructure failures, the server's global step) to
+            ``<trace_dir>/afm_agent.<pid>.jsonl`` (default ``$AFM_RL_TRACE_DIR``; unset = off). For checking what
+            RL trains on; large on real runs.
 
     An absent key takes :class:`afm.agent.loop.AgentConfig`'s default for the field of the same name (the one
     place the rollout limits are written). Token limits always hold: response ≤ ``rollout.response_length``,
@@ -238,7 +239,9 @@ class AfmAgentLoop(AgentLoopBase):
                   "response_ids": list(out.response_ids), "response_mask": list(out.response_mask),
                   "observations": [s.text for s in traj.segments if s.kind == "observation"],
                   "finish_reason": traj.finish_reason, "global_steps": out.extra_fields.get("global_steps"),
-                  "tool_calls": out.extra_fields.get("tool_calls"), "generate_s": out.metrics.generate_sequences,
+                  "tool_calls": out.extra_fields.get("tool_calls"),
+                  "tool_infra_errors": out.extra_fields.get("tool_infra_errors"),
+                  "generate_s": out.metrics.generate_sequences,
                   "tool_s": out.metrics.tool_calls}
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         with self.trace_path.open("a") as f:

@@ -11,6 +11,7 @@ the config the DAPO script prints and called in this process instead of through 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from types import SimpleNamespace
 from typing import Any
@@ -237,6 +238,7 @@ def test_rollout_with_a_dead_search_server_carries_no_gradient(tiny_model, tmp_p
     monkeypatch.setenv("SERVER_HOST", "127.0.0.1")
     monkeypatch.setenv("WEBSEARCH_PORT", str(_dead_port()))
     monkeypatch.delenv("AFM_SERVER_TOKEN", raising=False)
+    monkeypatch.setenv("AFM_RL_TRACE_DIR", str(tmp_path / "trace"))
     server = TinyServer(tiny_model, {
         "QSEARCH": ["<web_search>who wrote frankenstein</web_search>", "<answer>42</answer>"],
         "QPLAIN": ["<answer>42</answer>"],
@@ -254,6 +256,11 @@ def test_rollout_with_a_dead_search_server_carries_no_gradient(tiny_model, tmp_p
     assert [float(x) for x in out.non_tensor_batch["infra_error"]] == [1.0, 0.0]
     # the user's scorer was not even called for the failed rollout
     assert [info["index"] for info in SEEN] == ["QPLAIN: who?"]
+    # the trace shows what RL trains on
+    traces = [json.loads(line) for p in (tmp_path / "trace").glob("afm_agent.*.jsonl") for line in p.open()]
+    failed = [t for t in traces if t["tool_infra_errors"]]
+    assert len(traces) == 2 and len(failed) == 1
+    assert failed[0]["tool_infra_errors"] == {"web_search": 1} and set(failed[0]["response_mask"]) == {0}
 
 
 # ---- GRPO without the rows that carry no gradient ---------------------------------------------------------------
