@@ -33,6 +33,7 @@ from afm.launch_knobs import (
     shell_status,
     split_list,
 )
+from afm.sft.multinode import DEFAULT_JOIN_TIMEOUT, failure_line, rendezvous_env
 
 STAGES = ("sft", "dpo")
 FINETUNING_TYPES = ("full", "freeze", "lora")
@@ -152,6 +153,7 @@ class SftSettings:
     master_addr: str = "127.0.0.1"
     master_port: str = "29500"
     nproc_per_node: str = ""  # "" = the GPUs seen
+    join_timeout: str = DEFAULT_JOIN_TIMEOUT  # seconds a node waits for the others (torchrun's rendezvous)
     extra_args: list[str] = field(default_factory=list)
     dry_run: bool = False
     mask_report: str = "0"
@@ -203,6 +205,7 @@ class SftSettings:
             # The original read the node's rank from RANK (set by its scheduler); NODE_RANK wins when both are set.
             node_rank=knob("NODE_RANK", knob("RANK", "0")), master_addr=knob("MASTER_ADDR", "127.0.0.1"),
             master_port=knob("MASTER_PORT", "29500"), nproc_per_node=knob("NPROC_PER_NODE", ""),
+            join_timeout=knob("JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT),
             extra_args=(env.get("EXTRA_ARGS") or "").split(), dry_run=dry_run, mask_report=knob("MASK_REPORT", "0"),
             stage_knob=knob("STAGE", ""), env=env,
         )
@@ -254,6 +257,8 @@ class SftSettings:
              f"NODE_RANK must be 0 .. NNODES-1 = {int(self.nnodes) - 1} (got '{self.node_rank}')")
         need(is_posint(self.master_port) and int(self.master_port) <= 65535,
              f"MASTER_PORT must be a port number (got '{self.master_port}')")
+        need(is_posint(self.join_timeout),
+             f"JOIN_TIMEOUT must be a positive number of seconds (got '{self.join_timeout}')")
         need(bool(self.model_path), "MODEL_PATH is empty")
         if self.deepspeed and not os.path.isfile(os.path.join(self.cwd, self.deepspeed)):
             raise KnobError(f"DEEPSPEED_CONFIG file not found: {self.deepspeed} (set DEEPSPEED_CONFIG= to train "
@@ -378,8 +383,10 @@ def plan(settings: SftSettings, launcher: Sequence[str], tail: Sequence[str], py
     if not s.nproc_per_node and gpus == 0 and not s.dry_run and not mask_report:
         warn("no GPU found (CUDA_VISIBLE_DEVICES unset or empty, no nvidia-smi): starting 1 process")
     nnodes = int(s.nnodes)
-    if nnodes > 1 and s.master_addr in ("127.0.0.1", "localhost"):
-        warn(f"NNODES={nnodes} but MASTER_ADDR={s.master_addr}: set MASTER_ADDR to node 0's address on every node")
+    if nnodes > 1 and not s.env.get("MASTER_ADDR"):
+        # 127.0.0.1 given on purpose is right for "nodes" on one machine; the default is a mistake on a cluster.
+        warn(f"NNODES={nnodes} but MASTER_ADDR is unset ({s.master_addr}): set MASTER_ADDR to node 0's address on "
+             "every node")
     torchrun = nnodes > 1 or nproc > 1 or bool(s.deepspeed)
     report_flag, tracking = s.tracking()
     attn, attn_why = s.attention(gpus)
@@ -411,6 +418,8 @@ def plan(settings: SftSettings, launcher: Sequence[str], tail: Sequence[str], py
     if torchrun:
         added = dict(zip(TORCHRUN_VARS, ("1", s.nnodes, s.node_rank, s.master_addr, s.master_port, str(nproc)),
                          strict=True))
+        if nnodes > 1:
+            added.update(rendezvous_env(s.join_timeout))
         env_lines += [f"{k}={v}" for k, v in added.items()]
     command = [*launcher, "train", *flags, *train_only, *tail]
     lines = [f"[afm] {s.script}: stage={s.stage} nodes={nnodes} node_rank={s.node_rank} processes/node={nproc} "
@@ -450,7 +459,20 @@ def run(launch: Launch, settings: SftSettings, cwd: str) -> int:
     # settings (JSON) and fail on a plain name.
     env.pop("SWANLAB_PROJECT", None)
     os.makedirs(settings.output_dir, exist_ok=True)
-    return run_logged(launch.command, env=env, cwd=cwd, log_path=launch.log_path, summary=launch.summary)
+    start = os.path.getsize(launch.log_path) if os.path.exists(launch.log_path) else 0
+    status = run_logged(launch.command, env=env, cwd=cwd, log_path=launch.log_path, summary=launch.summary)
+    if status != 0 and int(settings.nnodes) > 1:
+        # torchrun's failure is a page of tracebacks per node; say in one line which multi-node case it was.
+        with open(launch.log_path, "rb") as log:
+            log.seek(start)
+            text = log.read().decode(errors="replace")
+        line = failure_line(text, node_rank=settings.node_rank, nnodes=settings.nnodes,
+                            master=f"{settings.master_addr}:{settings.master_port}",
+                            join_timeout=settings.join_timeout)
+        print(f"[afm] error: {line} (log: {launch.log_path})", file=sys.stderr, flush=True)
+        with open(launch.log_path, "a", encoding="utf-8") as log:
+            log.write(f"[afm] error: {line}\n")
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,9 @@ if __name__ == "__main__":
     from afm.sft.overlay import apply
 
     apply()
+    from afm.sft.trace import install
+
+    install()  # AFM_SFT_TRACE_DIR: what each rank trained on and ended with (multi-node checks)
     from llamafactory.train.tuner import run_exp
 
     run_exp()

@@ -1,0 +1,245 @@
+"""SFT on two torchrun "nodes" on this machine, launched as a user launches a multi-node run: the same
+sft_scripts/ script started once per node with NNODES=2, NODE_RANK (or a scheduler's RANK), MASTER_ADDR and
+MASTER_PORT; the tiny model, observation masking, gloo, one process per node (CPU).
+
+What each rank trained on and ended with comes from afm's per-rank trace (AFM_SFT_TRACE_DIR, afm/sft/trace.py):
+* the two nodes trained on disjoint shards that together are the masked dataset, every sample once per epoch;
+* both ranks end with the same weights, and the saved model is exactly those weights;
+* the mask report (written once, by rank 0) counts every sample once: its trained tokens are what both ranks
+  trained;
+* RANK instead of NODE_RANK forms the same world and trains the same model;
+* a node that never joins, and a rank killed mid-step, stop every node within a bounded time with one clear line.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import lf_config
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "sft_scripts" / "code_agent" / "sft_qwen2.5_7b.sh"
+STEPS = 3  # 24 kept samples / (2 nodes x batch 4) = 3 steps: exactly one epoch
+JOIN_TIMEOUT = 20
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(tiny_model: Path, demo_data: Path, out: Path, port: int, rank: dict[str, str], **extra: str) -> dict:
+    env = {key: value for key, value in os.environ.items() if key not in ("RANK", "NODE_RANK", "LOCAL_RANK",
+                                                                          "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(
+        HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", AFM_SFT=f"{sys.executable} -m afm.sft.cli",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
+        MODEL_PATH=str(tiny_model), DATASET_DIR=str(demo_data), DATASET="afm_demo_sft", OUTPUT_DIR=str(out),
+        PRECISION="fp32", DEEPSPEED_CONFIG="", CUTOFF_LEN="1024", PREPROCESSING_NUM_WORKERS="1", BATCH_SIZE="4",
+        GRADIENT_ACCUMULATION="1", CUDA_VISIBLE_DEVICES="", SAVE_STRATEGY="no", LOGGING_STEPS="1",
+        NNODES="2", NPROC_PER_NODE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        JOIN_TIMEOUT=str(JOIN_TIMEOUT), AFM_SFT_TRACE_DIR=str(out / "trace"), OMP_NUM_THREADS="1",
+        EXTRA_ARGS=f"--max_steps {STEPS} --ddp_backend gloo --learning_rate 1e-3 --seed 0 --overwrite_output_dir true "
+                   f"--cache_dir {out.parent / 'hf-cache'}",
+    )
+    env.update(rank)
+    env.update(extra)
+    return env
+
+
+def _start(env: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(["bash", str(SCRIPT)], env=env, cwd=log.parent, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _finish(procs: list[subprocess.Popen], timeout: float) -> list[int]:
+    """Exit statuses; anything still running at the deadline is killed (a hang fails the test, never blocks it)."""
+    deadline = time.monotonic() + timeout
+    try:
+        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=30)
+
+
+def _two_nodes(tiny_model, demo_data, out: Path, rank_var: str, timeout: float = 600, **extra: str) -> list[str]:
+    port = _port()
+    logs = [out.parent / f"{out.name}.node{r}.log" for r in (0, 1)]
+    procs = [_start(_env(tiny_model, demo_data, out, port, {rank_var: str(r)}, **extra), logs[r]) for r in (0, 1)]
+    codes = _finish(procs, timeout)
+    texts = [log.read_text(errors="replace") for log in logs]
+    assert codes == [0, 0], "\n".join(t[-3000:] for t in texts)
+    return texts
+
+
+def _trace(out: Path, rank: int) -> list[dict]:
+    return [json.loads(line) for line in (out / "trace" / f"sft_rank{rank}.jsonl").read_text().splitlines()]
+
+
+def _saved_weights(out: Path) -> str:
+    from transformers import AutoModelForCausalLM
+
+    from afm.sft.trace import weights_digest
+
+    return weights_digest(AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32))
+
+
+def _dataset_rows(tiny_model, demo_data, tmp_path) -> collections.Counter:
+    """The rows LLaMA-Factory builds from this data (afm-sft mask-report's pipeline), by digest."""
+    from afm.sft.report import preprocess
+    from afm.sft.trace import row_digest
+
+    cfg = lf_config(tiny_model, demo_data, tmp_path / "reference")
+    rows = preprocess(cfg).dataset_module["train_dataset"]
+    return collections.Counter(row_digest(row["input_ids"]) for row in rows)
+
+
+@pytest.fixture(scope="module")
+def node_rank_run(tiny_model, demo_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft2") / "out"
+    return out, _two_nodes(tiny_model, demo_data, out, "NODE_RANK")
+
+
+def test_two_nodes_train_disjoint_shards_of_the_masked_data(node_rank_run, tiny_model, demo_data, tmp_path):
+    out, logs = node_rank_run
+    assert "Multi-node training enabled: num nodes: 2, node rank: 1" in logs[1]
+    assert "process rank: 1, world size: 2" in logs[1].lower()
+    assert "warning: NNODES=2 but MASTER_ADDR" not in logs[0]  # given on purpose: no warning
+    batches = {r: [e for e in _trace(out, r) if e["event"] == "batch"] for r in (0, 1)}
+    assert [b["step"] for b in batches[0]] == [b["step"] for b in batches[1]] == list(range(STEPS))
+    for step in range(STEPS):  # each step, the two nodes hold different samples
+        assert sorted(batches[0][step]["rows"]) != sorted(batches[1][step]["rows"])
+    # Together, one epoch: every row of the masked dataset exactly as often as the dataset holds it (two of its
+    # samples are the same text twice), which also says the shards are disjoint.
+    trained = collections.Counter(row for r in (0, 1) for b in batches[r] for row in b["rows"])
+    assert trained == _dataset_rows(tiny_model, demo_data, tmp_path)
+    # the mask report (rank 0's) counts every sample once: its trained tokens are the labels both ranks trained
+    report = json.loads((out / "afm_mask_report_train.json").read_text())
+    assert report["samples_kept"] == sum(trained.values())
+    assert report["tokens_trained"] == sum(b["trained_labels"] for r in (0, 1) for b in batches[r])
+
+
+def test_the_saved_model_is_what_both_ranks_hold(node_rank_run, tiny_model):
+    out, _ = node_rank_run
+    from transformers import AutoModelForCausalLM
+
+    from afm.sft.trace import weights_digest
+
+    ends = [[e for e in _trace(out, r) if e["event"] == "end"] for r in (0, 1)]
+    assert [len(e) for e in ends] == [1, 1] and ends[0][0]["step"] == ends[1][0]["step"] == STEPS
+    assert ends[0][0]["weights"] == ends[1][0]["weights"]
+    assert _saved_weights(out) == ends[0][0]["weights"]
+    start = weights_digest(AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32))
+    assert start != ends[0][0]["weights"]  # it trained
+    assert (out / "training.log").exists() and (out / "training.node1.log").exists()
+
+
+def test_rank_from_the_scheduler_forms_the_same_world(node_rank_run, tiny_model, demo_data, tmp_path):
+    """RANK (what schedulers export per node) instead of NODE_RANK: the same world, the same trained model."""
+    out_node_rank, _ = node_rank_run
+    out = tmp_path / "rank"
+    logs = _two_nodes(tiny_model, demo_data, out, "RANK")
+    assert "node_rank=1" in logs[1] and "process rank: 1, world size: 2" in logs[1].lower()
+    assert _saved_weights(out) == _saved_weights(out_node_rank)
+
+
+def test_a_node_that_never_joins_stops_with_one_line(tiny_model, demo_data, tmp_path):
+    """Node 0 alone, and node 1 alone (against a port nobody serves): each stops after JOIN_TIMEOUT with one line."""
+    logs = [tmp_path / "alone0.log", tmp_path / "alone1.log"]
+    procs = [_start(_env(tiny_model, demo_data, tmp_path / f"alone{r}", _port(), {"NODE_RANK": str(r)}), logs[r])
+             for r in (0, 1)]
+    codes = _finish(procs, timeout=JOIN_TIMEOUT * 3 + 240)
+    texts = [log.read_text(errors="replace") for log in logs]
+    assert all(code != 0 for code in codes), codes
+    errors = [[line for line in t.splitlines() if line.startswith("[afm] error:")] for t in texts]
+    assert len(errors[0]) == 1 and "only 1 of 2 nodes joined the rendezvous at 127.0.0.1:" in errors[0][0], texts[0]
+    assert len(errors[1]) == 1 and "node 1: node 0 was not reachable at 127.0.0.1:" in errors[1][0], texts[1]
+    assert all(f"within JOIN_TIMEOUT={JOIN_TIMEOUT} s" in e[0] for e in errors)
+
+
+def test_a_rank_killed_mid_step_stops_both_nodes_with_one_line(tiny_model, demo_data, tmp_path):
+    out = tmp_path / "killed"
+    port = _port()
+    logs = [tmp_path / f"killed{r}.log" for r in (0, 1)]
+    extra = {"EXTRA_ARGS": "--max_steps 1000 --ddp_backend gloo --seed 0 --overwrite_output_dir true"}
+    procs = [_start(_env(tiny_model, demo_data, out, port, {"NODE_RANK": str(r)}, **extra), logs[r]) for r in (0, 1)]
+    trace = out / "trace" / "sft_rank1.jsonl"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        if trace.exists() and len(trace.read_text().splitlines()) >= 2:  # training is under way on both nodes
+            break
+        time.sleep(0.5)
+    worker = _rank_process(procs[1].pid, rank="1")
+    assert worker is not None, logs[1].read_text(errors="replace")[-3000:]
+    os.kill(worker, signal.SIGKILL)
+    codes = _finish(procs, timeout=300)
+    texts = [log.read_text(errors="replace") for log in logs]
+    assert codes[0] != 0 and codes[1] != 0, codes
+    errors = [[line for line in t.splitlines() if line.startswith("[afm] error:")] for t in texts]
+    assert len(errors[1]) == 1 and "node 1: rank 1 was killed by SIGKILL" in errors[1][0], texts[1][-3000:]
+    assert len(errors[0]) == 1 and "node 0: a rank on another node died" in errors[0][0], texts[0][-3000:]
+
+
+def _rank_process(root: int, rank: str) -> int | None:
+    """The training process of global rank ``rank`` among the descendants of one node's script (torchrun starts
+    its workers in sessions of their own, so the tree is followed by parent id)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children[ppid].append(int(entry.name))
+    todo = list(children[root])
+    while todo:
+        pid = todo.pop()
+        todo += children[pid]
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.endswith(b"afm/sft/launcher.py") for arg in cmdline) and f"RANK={rank}".encode() in environ:
+            return pid
+    return None
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="DeepSpeed builds its CPU communication op with g++")
+def test_zero3_on_two_cpu_nodes(node_rank_run, tiny_model, demo_data, tmp_path):
+    """DeepSpeed ZeRO-3 (the scripts' default config) on two CPU nodes where the deepspeed extra is installed
+    (DeepSpeed picks its CPU accelerator): the losses and the model rank 0 gathers and saves are plain DDP's."""
+    pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed (pip install -e '.[deepspeed]')")
+    from transformers import AutoModelForCausalLM
+
+    out_ddp, _ = node_rank_run
+    out = tmp_path / "zero3"
+    logs = _two_nodes(tiny_model, demo_data, out, "NODE_RANK",
+                      DEEPSPEED_CONFIG=str(REPO / "configs" / "deepspeed" / "ds_z3_config.json"))
+    assert "Detected DeepSpeed ZeRO-3" in logs[0]
+
+    def losses(path: Path) -> list[float]:
+        history = json.loads((path / "trainer_state.json").read_text())["log_history"]
+        return [h["loss"] for h in history if "loss" in h]
+
+    assert losses(out) == pytest.approx(losses(out_ddp), rel=1e-4)
+    zero3, ddp = (AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).state_dict() for p in (out, out_ddp))
+    assert zero3.keys() == ddp.keys()
+    for name, tensor in ddp.items():
+        torch.testing.assert_close(zero3[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
