@@ -44,7 +44,8 @@ class AgentConfig:
     tool_timeout_s: float = 120.0
     # Seconds a tool call that failed for infrastructure reasons (server down, 5xx, timeout, sandbox failure) is
     # retried for, with backoff 1, 2, 4, 8, 8... s, so a tool server restarted a few seconds later loses nothing;
-    # 0 = never retry. A call still failing after that is recorded with ``infra=True``.
+    # 0 = never retry. Counted from the first attempt: a call that waited out a long timeout is not run again (an
+    # expensive crawl). A call still failing after that is recorded with ``infra=True``.
     tool_infra_retry_s: float = 30.0
     max_observation_chars: int = 30_000
     trajectory_timeout_s: float | None = 3600.0
