@@ -96,3 +96,25 @@ def test_convert_rejects_bad_input(tmp_path, capsys):
     bad.write_text('{"run_id": "a#0"}\n')
     assert convert.main(["--input", str(bad), "--output-dir", str(tmp_path)]) == 2
     assert "bad.jsonl:1" in capsys.readouterr().err
+
+
+def test_infer_rows_stored_as_failed_are_failed_and_a_retry_replaces_them(tmp_path):
+    # afm infer stores an engine error or a tool infrastructure failure with status "failed" (whatever the finish
+    # reason says) and appends the retried trajectory under the same key on the next run
+    base = {"question": "q", "gold": "g", "tool_calls": [], "meta": {}}
+    lines = [
+        {**base, "key": "a#0", "id": "a", "finish_reason": "answer", "status": "failed", "response": "old",
+         "failure": "tool: web_search unavailable"},
+        {**base, "key": "b#0", "id": "b", "finish_reason": "error", "status": "failed", "response": "",
+         "failure": "engine: HTTP 500"},
+        {**base, "key": "a#0", "id": "a", "finish_reason": "answer", "status": "ok", "response": "new",
+         "answer": "g"},
+    ]
+    runs = tmp_path / "infer.jsonl"
+    runs.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    recs = list(read_records(runs))
+    assert [(r.run_id, r.status, r.trajectory) for r in recs] == [("a#0", "ok", "new"), ("b#0", "failed", "")]
+    assert recs[1].error == "engine: HTTP 500"
+    runs.write_text(json.dumps(lines[0]) + "\n")
+    only = next(read_records(runs))
+    assert (only.status, only.error) == ("failed", "tool: web_search unavailable")

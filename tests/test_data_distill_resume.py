@@ -128,3 +128,31 @@ def test_bad_cli_input(tmp_path, capsys):
     assert "not part of prompt 'web_agent'" in capsys.readouterr().err
     assert distill.main(["--input", str(q), "--output", str(tmp_path / "o.jsonl"), "--q-key", "text"]) == 2
     assert "use --q-key" in capsys.readouterr().err
+
+
+def _limit_file_size() -> None:
+    # the kernel then refuses writes past 3000 bytes with EFBIG, as a full disk refuses them with ENOSPC
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+
+def test_a_failed_write_stops_distill_with_one_line_and_a_rerun_resumes(llm, tmp_path):
+    llm.reset()
+    llm.rules(*DIRECT)
+    questions = write_questions(tmp_path / "q.jsonl", 8)
+    out = tmp_path / "runs.jsonl"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    full = subprocess.run(cli(llm, questions, out), cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=env, preexec_fn=_limit_file_size)
+    assert full.returncode == 1, full.stderr
+    assert "Traceback" not in full.stderr and "never retrieved" not in full.stderr, full.stderr
+    assert "afm data distill: stopped: cannot write" in full.stderr
+    kept = lines(out)
+    assert 0 < len(kept) < 8 and all(json.loads(line)["question_id"] for line in kept)  # whole records only
+    again = subprocess.run(cli(llm, questions, out), cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr
+    after = lines(out)
+    assert after[: len(kept)] == kept
+    assert sorted(json.loads(line)["question_id"] for line in after) == [f"q{i}" for i in range(8)]

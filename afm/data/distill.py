@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from afm.agent.infer import read_questions
-from afm.agent.runner import JsonlStore, RolloutTask, run_tasks
+from afm.agent.runner import JsonlStore, RolloutTask, StoreWriteError, run_tasks
 from afm.data.records import TASKS, RunRecord
 from afm.data.teacher import ChatClient, Teacher, TeacherConfig, TeacherTask, load_teacher_config
 from afm.data.teacher.controller import resolve_protocol
@@ -228,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.input).exists():
             raise FileNotFoundError(f"--input {args.input} does not exist")
         counts = asyncio.run(distill(args, config))
+    except StoreWriteError as exc:  # disk full: one line, not a traceback; what was stored stays
+        print(f"afm data distill: stopped: {exc}; everything written before is kept: free space and run the same "
+              "command again to resume", file=sys.stderr)
+        return 1
     except (ValueError, KeyError, FileNotFoundError) as exc:
         print(f"afm data distill: {exc}", file=sys.stderr)
         return 2

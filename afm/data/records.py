@@ -80,6 +80,9 @@ class RunRecord:
 def from_infer_record(rec: Mapping[str, Any], *, task: str = "qa", data_source: str | None = None) -> RunRecord:
     """An ``afm infer`` / ``afm eval run`` output line as a :class:`RunRecord` (source ``infer``)."""
     meta = dict(rec.get("meta") or {})
+    # a row stored as failed (engine error, tool infrastructure failure) is no trajectory of the model, even when
+    # its finish reason reads "answer"
+    ok = rec.get("finish_reason") == "answer" and rec.get("status", "ok") != "failed"
     return RunRecord(
         run_id=str(rec["key"]), question_id=str(rec["id"]), question=str(rec.get("question", "")),
         gold=rec.get("gold"), task=task, data_source=data_source or task,
@@ -87,23 +90,36 @@ def from_infer_record(rec: Mapping[str, Any], *, task: str = "qa", data_source: 
         final_answer=rec.get("answer"),
         tool_calls=[{"name": c.get("name"), "argument": c.get("argument"), "status": c.get("status")}
                     for c in rec.get("tool_calls", [])],
-        status="ok" if rec.get("finish_reason") == "answer" else "failed",
-        error=None if rec.get("finish_reason") == "answer" else f"finish_reason={rec.get('finish_reason')}",
+        status="ok" if ok else "failed",
+        error=None if ok else (str(rec.get("failure") or "") or f"finish_reason={rec.get('finish_reason')}"),
         source="infer", meta={"finish_reason": rec.get("finish_reason"), **meta},
     )
 
 
 def read_records(path: str | Path) -> Iterator[RunRecord]:
-    """Records of a JSONL file (``afm infer`` lines are converted); a bad line raises with its line number."""
+    """Records of a JSONL file (``afm infer`` lines are converted); a bad line raises with its line number.
+
+    ``afm infer`` appends a new line when it retries a failed key, so for its lines the last one of a key wins (at
+    the place of the first)."""
+    infer: dict[str, RunRecord] = {}
+    order: list[RunRecord | str] = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 d = json.loads(line)
-                yield from_infer_record(d) if "run_id" not in d and "key" in d else RunRecord.from_dict(d)
+                if "run_id" not in d and "key" in d:
+                    rec = from_infer_record(d)
+                    if rec.run_id not in infer:
+                        order.append(rec.run_id)
+                    infer[rec.run_id] = rec
+                else:
+                    order.append(RunRecord.from_dict(d))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{n}: {exc}") from exc
+    for item in order:
+        yield infer[item] if isinstance(item, str) else item
 
 
 def write_records(path: str | Path, records: Iterable[RunRecord]) -> int:
