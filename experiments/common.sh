@@ -24,6 +24,8 @@
 #    when relative; the defaults are under the repo)
 #   NNODES                  1           nodes in the Ray cluster (start it with experiments/ray_cluster.sh)
 #   GPUS_PER_NODE           8           GPUs used on each node
+#   JOIN_TIMEOUT            300         (NNODES > 1) seconds to wait for NNODES Ray nodes with GPUS_PER_NODE GPUs
+#                                       and this afm/verl; then one line says which node is missing or different
 #   ROLLOUT_ENGINE          vllm        vllm | sglang (verl's async server; install the engine in the env) | hf (afm's
 #                                       transformers server, no vLLM needed: one GPU, or the CPU; experiments/local.sh)
 #   DEVICE                  gpu         gpu | cpu (verl's FSDP trainer on the CPU through afm's `cpu` platform)

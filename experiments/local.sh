@@ -30,8 +30,12 @@ afm_rl_local_profile() {
   local work=${AFM_LOCAL_DIR:-$AFM_ROOT/runs/rl_local/$task}
   : "${TRAIN_FILES:=$work/toy_train.parquet}" "${VAL_FILES=}" "${MODEL_PATH:=$work/toy_policy}"
   : "${TRAIN_BATCH_SIZE:=4}" "${MINI_BATCH_SIZE:=4}" "${ROLLOUT_N:=4}" "${USE_DYNAMIC_BSZ:=false}"
-  # one micro-batch per mini-batch: verl needs the samples of a step to divide into micro-batches
-  : "${MICRO_BATCH_SIZE:=$((MINI_BATCH_SIZE * ROLLOUT_N))}" "${LOGPROB_MICRO_BATCH_SIZE:=$((TRAIN_BATCH_SIZE * ROLLOUT_N))}"
+  # one micro-batch per mini-batch on each trainer rank: verl needs a rank's samples of a step (the batch divided by
+  # NNODES x GPUS_PER_NODE ranks) to divide into micro-batches
+  local world=$((${NNODES:-1} * ${GPUS_PER_NODE:-1}))
+  ((world > 0)) || afm_die "NNODES and GPUS_PER_NODE must be positive (got '${NNODES:-}' and '${GPUS_PER_NODE:-}')"
+  : "${MICRO_BATCH_SIZE:=$((MINI_BATCH_SIZE * ROLLOUT_N / world))}"
+  : "${LOGPROB_MICRO_BATCH_SIZE:=$((TRAIN_BATCH_SIZE * ROLLOUT_N / world))}"
   : "${MAX_PROMPT_LENGTH:=160}" "${MAX_RESPONSE_LENGTH:=128}" "${MAX_TURNS:=3}" "${MAX_OBS_CHARS:=512}"
   : "${LR:=1e-4}" "${WARMUP_STEPS:=0}" "${TOTAL_EPOCHS:=100}" "${TOTAL_TRAINING_STEPS=4}" "${SAVE_FREQ:=2}"
   : "${TEST_FREQ:=-1}" "${LOGGER:=console}" "${EXPERIMENT_NAME:=local_$task}"

@@ -12,7 +12,22 @@
 #
 # Knobs: RAY_PORT (6379), HEAD_ADDR (worker: the head's address; head: the address to advertise, default the
 # first of `hostname -I`), GPUS_PER_NODE (8), DASHBOARD_PORT (8265), PYTHON / AFM_VENV (which environment's
-# `ray` to run: $AFM_ROOT/.venv-rl/bin/ray when present).
+# `ray` to run: $AFM_ROOT/.venv-rl/bin/ray when present), NUM_CPUS (Ray's CPUs of this node; default all),
+# NODE_IP (this node's address as the others reach it; default Ray's choice, 127.0.0.1 when HEAD_ADDR is),
+# RAY_TEMP_DIR (this node's Ray folder, default /tmp/ray), AGENT_PORT (this node's dashboard agent, 52365).
+#
+# A second node on the same machine (how the tests run two nodes; also a quick check of a cluster's scripts):
+#   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 bash experiments/ray_cluster.sh head
+#   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 RAY_TEMP_DIR=/tmp/ray-node1 AGENT_PORT=52366 \
+#     bash experiments/ray_cluster.sh worker
+#   RAY_ADDRESS=127.0.0.1:6379 NNODES=2 GPUS_PER_NODE=1 bash experiments/train_dapo_code_agent.sh --local
+# Each node on one machine needs its own RAY_TEMP_DIR (sockets and logs) and AGENT_PORT; every other port is picked
+# free. `stop` stops every Ray node of this machine (both of them here).
+#
+# Each node is labelled with its afm and verl versions (Ray node labels afm_version, verl_version); with NNODES > 1
+# the training script waits up to JOIN_TIMEOUT seconds (300) for NNODES nodes and stops with one line naming a
+# node that is missing or runs other versions. Ray >= 2.52 turns token authentication on when ~/.ray/auth_token
+# exists: copy that file (or set RAY_AUTH_TOKEN) to every node; a worker that finds a token uses it, as the head.
 # Every node needs the same repo path, environment (.venv-rl with verl and the rollout engine), model and data
 # paths (a shared filesystem is simplest), and reachable tool servers (SERVER_HOST must be an address the nodes
 # can reach, not 127.0.0.1). environment.sh is sourced before `ray start`: Ray's workers inherit this
@@ -31,6 +46,8 @@ if [[ $action == -h || $action == --help ]]; then
   exit 0
 fi
 port=${RAY_PORT:-6379}
+num_cpus=${NUM_CPUS:-}
+agent_port=${AGENT_PORT:-52365}
 gpus=${GPUS_PER_NODE:-8}
 dashboard_port=${DASHBOARD_PORT:-8265}
 ray_bin=ray
@@ -41,6 +58,24 @@ elif [[ -x $AFM_ROOT/${AFM_VENV:-.venv-rl}/bin/ray ]]; then
 fi
 [[ $port =~ ^[0-9]+$ ]] || die "RAY_PORT must be a port number (got '$port')"
 [[ $gpus =~ ^[0-9]+$ ]] || die "GPUS_PER_NODE must be a whole number (got '$gpus')"
+[[ -z $num_cpus || $num_cpus =~ ^[0-9]+$ ]] || die "NUM_CPUS must be a whole number (got '$num_cpus')"
+[[ $agent_port =~ ^[0-9]+$ ]] || die "AGENT_PORT must be a port number (got '$agent_port')"
+
+# What every start passes: this node's resources, Ray folder and address, and its afm/verl versions as labels.
+node_args() {
+  local py versions
+  py=$(dirname "$ray_bin")/python
+  [[ -x $py ]] || py=python3
+  versions=$("$py" -c 'import afm, verl; print(f"afm_version={afm.__version__},verl_version={verl.__version__}")' \
+    2> /dev/null) || die "$py cannot import afm and verl: this node needs the RL environment (.venv-rl)"
+  NODE_ARGS=(--num-gpus="$gpus" --labels="$versions" --dashboard-agent-listen-port="$agent_port")
+  [[ -n $num_cpus ]] && NODE_ARGS+=(--num-cpus="$num_cpus")
+  [[ -n ${RAY_TEMP_DIR:-} ]] && NODE_ARGS+=(--temp-dir="$RAY_TEMP_DIR")
+  local ip=${NODE_IP:-}
+  [[ -z $ip && ${HEAD_ADDR:-} =~ ^(127\.|localhost$) ]] && ip=$HEAD_ADDR
+  [[ -n $ip ]] && NODE_ARGS+=(--node-ip-address="$ip")
+  return 0
+}
 
 if [[ -f $AFM_ROOT/environment.sh ]]; then
   # shellcheck source=../environment.sh
@@ -50,20 +85,28 @@ if [[ -f $AFM_ROOT/environment.sh ]]; then
   unset SWANLAB_PROJECT
 fi
 
+# Ray enables token authentication on the head when it finds a token, but not on a joining node or in `ray status`.
+if [[ -z ${RAY_AUTH_MODE:-} && ( -n ${RAY_AUTH_TOKEN:-} || -f ${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token} ) ]]; then
+  export RAY_AUTH_MODE=token
+fi
+
 case "$action" in
   head)
     addr=${HEAD_ADDR:-$(hostname -I 2> /dev/null | awk '{print $1}')}
     [[ -n $addr ]] || die "cannot find this node's address; set HEAD_ADDR"
+    NODE_IP=${NODE_IP:-$addr}
+    node_args
     echo "[afm] starting the Ray head on $addr:$port ($gpus GPUs)"
-    "$ray_bin" start --head --node-ip-address="$addr" --port="$port" --num-gpus="$gpus" \
-      --dashboard-host=127.0.0.1 --dashboard-port="$dashboard_port"
+    "$ray_bin" start --head --port="$port" "${NODE_ARGS[@]}" --dashboard-host=127.0.0.1 \
+      --dashboard-port="$dashboard_port"
     echo "[afm] on each worker node: HEAD_ADDR=$addr RAY_PORT=$port bash experiments/ray_cluster.sh worker"
     echo "[afm] then here: NNODES=<nodes> bash experiments/train_dapo_<task>_agent.sh"
     ;;
   worker)
     [[ -n ${HEAD_ADDR:-} ]] || die "set HEAD_ADDR to the head node's address"
+    node_args
     echo "[afm] joining the Ray cluster at $HEAD_ADDR:$port ($gpus GPUs)"
-    "$ray_bin" start --address="$HEAD_ADDR:$port" --num-gpus="$gpus"
+    "$ray_bin" start --address="$HEAD_ADDR:$port" "${NODE_ARGS[@]}"
     ;;
   status) "$ray_bin" status ;;
   stop) "$ray_bin" stop ;;

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from afm.launch_knobs import KnobError, is_int, is_number, is_posint, parse_bool, run_logged, split_list
+from afm.rl.cluster import auth_env, runtime_env_overrides
 
 ENGINES = ("vllm", "sglang", "hf")
 TRAINER_MODES = ("sync", "colocate_async", "separate_async")
@@ -84,6 +85,8 @@ class RlLaunch:
     inputs: list[str] = field(default_factory=list)  # files a real run reads: data files, tool and loop configs
     model: str = ""
     env: dict[str, str] = field(default_factory=dict)  # added to the trainer's environment
+    gpus: int = 1  # per node
+    join_timeout: str = "300"  # NNODES > 1: seconds to wait for the nodes (afm/rl/cluster.py)
 
     def problems(self) -> list[str]:
         """What a real run would not find (checked after --local built its toy task)."""
@@ -165,8 +168,9 @@ def recipe_overrides(root: str, algorithm: str, values: Mapping[str, str]) -> li
     return proc.stdout.splitlines()
 
 
-def engine_overrides(engine: str, device: str, gpus: int) -> list[str]:
-    """Overrides of the rollout engine and the device (experiments/local.sh describes both)."""
+def engine_overrides(engine: str, device: str, gpus: int, nnodes: int = 1) -> list[str]:
+    """Overrides of the rollout engine and the device (experiments/local.sh describes both). On more than one node
+    Ray is the cluster ray_cluster.sh started (its nodes declare their logical GPUs; ray.init refuses resources)."""
     out = ["actor_rollout_ref.rollout.tensor_model_parallel_size=1"] if engine == "hf" else []
     if device == "cpu":
         out += [
@@ -185,10 +189,10 @@ def engine_overrides(engine: str, device: str, gpus: int) -> list[str]:
             "++actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype=fp32",
             "actor_rollout_ref.rollout.free_cache_engine=False",
             "data.dataloader_num_workers=0",
-            f"++ray_kwargs.ray_init.num_gpus={gpus}",
-            f"++ray_kwargs.ray_init.num_cpus={4 + 2 * gpus}",
             "++transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         ]
+        if nnodes == 1:
+            out += [f"++ray_kwargs.ray_init.num_gpus={gpus}", f"++ray_kwargs.ray_init.num_cpus={4 + 2 * gpus}"]
     return out
 
 
@@ -218,6 +222,8 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     dry_run = as_bool("DRY_RUN", k.get("DRY_RUN", "0")) == "true" or dry_run
     device = k.get("DEVICE", "gpu")
     nnodes = k.get("NNODES", "1")
+    join_timeout = k.get("JOIN_TIMEOUT", "300")
+    need(is_posint(join_timeout), f"JOIN_TIMEOUT must be a positive number of seconds (got '{join_timeout}')")
     gpus = k.get("GPUS_PER_NODE", "1" if device == "cpu" else "8")
     engine = k.get("ROLLOUT_ENGINE", "vllm")
     micro = k.get("MICRO_BATCH_SIZE", "2")
@@ -453,7 +459,9 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
            f"actor_rollout_ref.rollout.agent.num_workers={agent_workers}",
            f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={logprob_micro}"]
     # rollout engine and device (experiments/local.sh)
-    ov += engine_overrides(engine, device, n_gpus)
+    ov += engine_overrides(engine, device, n_gpus, n_nodes)
+    if n_nodes > 1:
+        ov += runtime_env_overrides(trainer_env(device, k.env))
     # SAVE_HF_MODEL=true: every checkpoint also holds the actor as a Hugging Face model
     # (global_step_N/actor/huggingface), ready for afm eval / afm infer without verl's model merger.
     if as_bool("SAVE_HF_MODEL", k.get("SAVE_HF_MODEL", "false")) == "true":
@@ -525,7 +533,8 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
                  + "".join(f" \\\n    {shell_word(arg)}" for arg in ov))
     files = [f.removesuffix("]") for f in split_list(f"{train_files.removeprefix('[')},{val_files.removeprefix('[')}")]
     return RlLaunch(python, ov, "\n".join(lines), ckpt_dir, device, n_nodes, dry_run,
-                    inputs=[*files, tool_cfg, agent_cfg], model=model, env=added)
+                    inputs=[*files, tool_cfg, agent_cfg], model=model, env=added, gpus=n_gpus,
+                    join_timeout=join_timeout)
 
 
 def prepare_local(python: str, workdir: str, knobs: Knobs) -> None:
@@ -546,6 +555,19 @@ def prepare_local(python: str, workdir: str, knobs: Knobs) -> None:
             raise KnobError("could not build the toy task")
 
 
+def trainer_env(device: str, env: Mapping[str, str]) -> dict[str, str]:
+    """What the trainer's processes need beyond the caller's environment (the replay buffer's poll, the cpu
+    platform); on a cluster it also goes to every node's workers (afm/rl/cluster.py)."""
+    # The replay buffer's fixed 2 s poll (afm/rl/local/patches.py) is replaced for every engine.
+    out = {"AFM_VERL_POLL_S": env.get("AFM_VERL_POLL_S") or "0.02"}
+    if device == "cpu":
+        out.update(VERL_PLATFORM="cpu", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS") or "1",
+                   TOKENIZERS_PARALLELISM="false")
+    if env.get("AFM_RL_TRACE_DIR"):
+        out["AFM_RL_TRACE_DIR"] = env["AFM_RL_TRACE_DIR"]
+    return out
+
+
 def run(launch: RlLaunch, root: str) -> int:
     """Start verl: its output goes to the terminal and is appended to CKPT_DIR/train.log."""
     env = dict(os.environ)
@@ -554,15 +576,15 @@ def run(launch: RlLaunch, root: str) -> int:
     if check.returncode != 0:
         raise KnobError(f"'{launch.python}' cannot import verl and afm: run 'AFM_VENV=.venv-rl AFM_EXTRAS=rl bash "
                         "scripts/install.sh' or set PYTHON")
-    # The replay buffer's fixed 2 s poll (afm/rl/local/patches.py) is replaced for every engine.
-    env.setdefault("AFM_VERL_POLL_S", "0.02")
-    if launch.device == "cpu":
-        env.update(VERL_PLATFORM="cpu", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS") or "1",
-                   TOKENIZERS_PARALLELISM="false")
-    ray = launch.nnodes > 1 and shutil.which("ray", path=env.get("PATH"))
-    if ray and subprocess.run(["ray", "status"], capture_output=True, env=env).returncode != 0:
-        raise KnobError(f"NNODES={launch.nnodes} but no Ray cluster is reachable: start it with "
-                        "experiments/ray_cluster.sh head|worker")
+    env.update(trainer_env(launch.device, env))
+    if launch.nnodes > 1:
+        env.update(auth_env(env))
+        # every node joined, with this afm and verl, or one line saying which is not (afm/rl/cluster.py)
+        check = subprocess.run([launch.python, "-m", "afm.rl.cluster", f"--address={env['RAY_ADDRESS']}",
+                                f"--nnodes={launch.nnodes}", f"--gpus={launch.gpus}",
+                                f"--timeout={launch.join_timeout}"], env=env, cwd=root)
+        if check.returncode != 0:
+            return 2
     # swanlab >= 0.10 parses SWANLAB_PROJECT (exported by environment.sh for the SFT scripts) as its own nested
     # settings and fails on a plain name; verl names the project itself (trainer.project_name).
     env.pop("SWANLAB_PROJECT", None)

@@ -132,7 +132,9 @@ class HFRolloutServer:
         path = Path(trace_dir) / f"hf_rollout.{self.replica_rank}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
-            f.write(json.dumps({**record, "replica": self.replica_rank, "time": time.time()}) + "\n")
+            # the Ray node the replica (and its trainer rank: the server is pinned there) runs on, for multi-node checks
+            f.write(json.dumps({**record, "replica": self.replica_rank, "time": time.time(),
+                                "node_id": ray.get_runtime_context().get_node_id()}) + "\n")
 
     def weights_checksum(self) -> str:
         """SHA-256 of the served weights (tests compare it with the trainer's)."""

@@ -1,0 +1,111 @@
+"""Multi-node RL: what a run needs from the Ray cluster that experiments/ray_cluster.sh started, checked before verl.
+
+* :func:`runtime_env_overrides`: the trainer's own environment (the cpu platform, afm's poll interval, a trace dir)
+  reaches the workers of every node through the job's Ray runtime env; on one node the workers inherit it from the
+  driver that started Ray, on a cluster they inherit the environment of ``ray start`` instead.
+* ``python -m afm.rl.cluster --nnodes N --gpus G``: waits up to ``--timeout`` seconds for N alive nodes with G GPUs
+  each, all labelled (by ray_cluster.sh) with this environment's afm and verl versions, and otherwise exits 2 with
+  one line saying which node is missing or different. verl itself would fail at once on a node still joining and
+  would run a node with another afm without a word.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Mapping
+
+# Variables the trainer's launcher sets (afm/rl/knobs.py run()) or a user sets for afm's traces.
+FORWARDED = ("VERL_PLATFORM", "VERL_ENGINE_DEVICE", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "AFM_VERL_POLL_S",
+             "AFM_RL_TRACE_DIR")
+
+
+def runtime_env_overrides(env: Mapping[str, str]) -> list[str]:
+    """Hydra overrides that put the FORWARDED variables of ``env`` into the job's Ray runtime env (quoted: Ray wants
+    strings, and Hydra reads a bare 1 as a number)."""
+    quote = {"\\": "\\\\", "'": "\\'"}
+    return [f"++ray_kwargs.ray_init.runtime_env.env_vars.{name}='{env[name].translate(str.maketrans(quote))}'"
+            for name in FORWARDED if env.get(name)]
+
+
+def auth_env(env: Mapping[str, str]) -> dict[str, str]:
+    """RAY_AUTH_MODE=token when a Ray token is at hand and no mode is set: Ray >= 2.52 turns token authentication on
+    in `ray start --head` when ~/.ray/auth_token exists, but a process joining it by address must be told."""
+    if env.get("RAY_AUTH_MODE"):
+        return {}
+    path = env.get("RAY_AUTH_TOKEN_PATH") or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    return {"RAY_AUTH_MODE": "token"} if env.get("RAY_AUTH_TOKEN") or os.path.isfile(path) else {}
+
+
+def versions() -> dict[str, str]:
+    """This environment's afm and verl versions, as ray_cluster.sh labels a node."""
+    import verl
+
+    import afm
+
+    return {"afm_version": afm.__version__, "verl_version": verl.__version__}
+
+
+def problem(nodes: list[dict], nnodes: int, gpus: int, mine: Mapping[str, str]) -> str | None:
+    """What keeps this cluster (``ray.nodes()``) from running ``nnodes`` x ``gpus``; None when nothing does."""
+    alive = [n for n in nodes if n.get("Alive")]
+    for node in alive:
+        labels = node.get("Labels") or {}
+        for key, want in mine.items():
+            have = labels.get(key)
+            if have != want:
+                name = key.removesuffix("_version")
+                return (f"node {node.get('NodeManagerAddress')} ({node.get('NodeID', '')[:12]}) runs {name} "
+                        f"{have or '(unknown: not started by experiments/ray_cluster.sh)'}, this node {name} {want}: "
+                        "install the same afm and verl on every node and restart it with experiments/ray_cluster.sh")
+    ready = [n for n in alive if (n.get("Resources") or {}).get("GPU", 0) >= gpus]
+    if len(ready) < nnodes:
+        return (f"NNODES={nnodes} but the Ray cluster has {len(ready)} node(s) with GPUS_PER_NODE={gpus} GPUs "
+                f"({len(alive)} alive): start `experiments/ray_cluster.sh worker` on the missing node(s), with "
+                "HEAD_ADDR and GPUS_PER_NODE set")
+    return None
+
+
+def wait_for_nodes(address: str, nnodes: int, gpus: int, timeout: float) -> str | None:
+    """Poll the cluster at ``address`` until :func:`problem` finds nothing or ``timeout`` passes; the last problem."""
+    import ray
+
+    try:
+        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False)
+    except Exception as exc:  # ConnectionError, AuthenticationError, ...: one line whatever Ray raised
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (f"no Ray cluster is reachable at {address or 'auto'} ({first}): start it with "
+                "experiments/ray_cluster.sh head|worker")
+    try:
+        mine = versions()
+        deadline = time.monotonic() + timeout
+        while True:
+            found = problem(ray.nodes(), nnodes, gpus, mine)
+            if found is None or "runs " in found or time.monotonic() >= deadline:
+                return found
+            time.sleep(1.0)
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m afm.rl.cluster", description=__doc__.splitlines()[0])
+    p.add_argument("--address", default="auto", help="the Ray cluster (RAY_ADDRESS)")
+    p.add_argument("--nnodes", type=int, required=True)
+    p.add_argument("--gpus", type=int, required=True, help="GPUs (logical ones on the cpu platform) per node")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the nodes to join")
+    args = p.parse_args(argv)
+    found = wait_for_nodes(args.address, args.nnodes, args.gpus, args.timeout)
+    if found is not None:
+        if "NNODES=" in found:
+            found += f" (waited {args.timeout:g} s, JOIN_TIMEOUT)"
+        print(f"[afm] error: {found}", file=sys.stderr, flush=True)
+        return 2
+    print(f"[afm] Ray cluster: {args.nnodes} node(s) x {args.gpus} GPU(s), same afm and verl", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
