@@ -12,13 +12,14 @@
 #
 # Knobs: RAY_PORT (6379), HEAD_ADDR (worker: the head's address; head: the address to advertise, default the
 # first of `hostname -I`), GPUS_PER_NODE (8), DASHBOARD_PORT (8265), PYTHON / AFM_VENV (which environment's
-# `ray` to run: $AFM_ROOT/.venv-rl/bin/ray when present), NUM_CPUS (Ray's CPUs of this node; default all),
+# `ray` to run: $AFM_ROOT/.venv-rl/bin/ray when present), NUM_CPUS (Ray's logical CPUs of this node; default its
+# cores; verl reserves 3 per GPU and a few more for its other actors, so a small machine needs more than it has),
 # NODE_IP (this node's address as the others reach it; default Ray's choice, 127.0.0.1 when HEAD_ADDR is),
 # RAY_TEMP_DIR (this node's Ray folder, default /tmp/ray), AGENT_PORT (this node's dashboard agent, 52365).
 #
 # A second node on the same machine (how the tests run two nodes; also a quick check of a cluster's scripts):
-#   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 bash experiments/ray_cluster.sh head
-#   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 RAY_TEMP_DIR=/tmp/ray-node1 AGENT_PORT=52366 \
+#   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 NUM_CPUS=8 bash experiments/ray_cluster.sh head
+#   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 NUM_CPUS=8 RAY_TEMP_DIR=/tmp/ray-node1 AGENT_PORT=52366 \
 #     bash experiments/ray_cluster.sh worker
 #   RAY_ADDRESS=127.0.0.1:6379 NNODES=2 GPUS_PER_NODE=1 bash experiments/train_dapo_code_agent.sh --local
 # Each node on one machine needs its own RAY_TEMP_DIR (sockets and logs) and AGENT_PORT; every other port is picked

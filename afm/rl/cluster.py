@@ -22,6 +22,9 @@ FORWARDED = ("VERL_PLATFORM", "VERL_ENGINE_DEVICE", "OMP_NUM_THREADS", "TOKENIZE
              "AFM_RL_TRACE_DIR")
 
 
+VERL_CPUS_PER_GPU = 3  # verl 0.9.1 ResourcePoolManager.max_colocate_count: the CPUs of each GPU's bundle
+
+
 def runtime_env_overrides(env: Mapping[str, str]) -> list[str]:
     """Hydra overrides that put the FORWARDED variables of ``env`` into the job's Ray runtime env (quoted: Ray wants
     strings, and Hydra reads a bare 1 as a number)."""
@@ -61,6 +64,15 @@ def problem(nodes: list[dict], nnodes: int, gpus: int, mine: Mapping[str, str]) 
                         f"{have or '(unknown: not started by experiments/ray_cluster.sh)'}, this node {name} {want}: "
                         "install the same afm and verl on every node and restart it with experiments/ray_cluster.sh")
     ready = [n for n in alive if (n.get("Resources") or {}).get("GPU", 0) >= gpus]
+    for node in ready:
+        # verl reserves 3 CPUs with each GPU (RayResourcePool's bundle) and waits without end for a placement group
+        # that cannot be placed
+        cpus = (node.get("Resources") or {}).get("CPU", 0)
+        if cpus < VERL_CPUS_PER_GPU * gpus:
+            return (f"node {node.get('NodeManagerAddress')} ({node.get('NodeID', '')[:12]}) gives Ray {cpus:g} CPUs "
+                    f"but verl reserves {VERL_CPUS_PER_GPU} per GPU, {VERL_CPUS_PER_GPU * gpus} for GPUS_PER_NODE={gpus}, "
+                    "plus a few for its other actors: restart it with experiments/ray_cluster.sh and NUM_CPUS="
+                    f"{VERL_CPUS_PER_GPU * gpus + 4} or more (logical CPUs)")
     if len(ready) < nnodes:
         return (f"NNODES={nnodes} but the Ray cluster has {len(ready)} node(s) with GPUS_PER_NODE={gpus} GPUs "
                 f"({len(alive)} alive): start `experiments/ray_cluster.sh worker` on the missing node(s), with "
@@ -83,7 +95,7 @@ def wait_for_nodes(address: str, nnodes: int, gpus: int, timeout: float) -> str 
         deadline = time.monotonic() + timeout
         while True:
             found = problem(ray.nodes(), nnodes, gpus, mine)
-            if found is None or "runs " in found or time.monotonic() >= deadline:
+            if found is None or "NNODES=" not in found or time.monotonic() >= deadline:
                 return found
             time.sleep(1.0)
     finally:

@@ -1,0 +1,266 @@
+"""DAPO on a two-node Ray cluster on this machine, formed and used as the README tells a user with a cluster:
+``experiments/ray_cluster.sh head`` and ``HEAD_ADDR=... experiments/ray_cluster.sh worker`` (each node one logical
+GPU, its own Ray folder and agent port), then ``NNODES=2 GPUS_PER_NODE=1 bash experiments/train_dapo_code_agent.sh
+--local``: a trainer world of 2 (verl's FSDP2 over gloo on afm's cpu platform) with one hf rollout replica per rank.
+
+Checked from the runs' outputs (afm's rollout traces, verl's checkpoints and console metrics):
+* the two trainer ranks and their rollout replicas run on the two different Ray nodes;
+* after every step both replicas hold the same weights, those of the step's checkpoint;
+* a second run resumes from the first run's checkpoint: it starts at step 2 from the step-1 weights, on both nodes;
+* the worker node's Ray workers see the settings `ray_cluster.sh worker` ran with (SERVER_HOST, for the tool servers);
+* a launch that finds the head alone, or a node with another afm version, stops with one line in bounded time;
+* ``ray_cluster.sh stop`` leaves no process of either node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from afm.rl.local.hf_engine import weights_checksum
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = REPO / "experiments" / "ray_cluster.sh"
+SCRIPT = REPO / "experiments" / "train_dapo_code_agent.sh"
+# Each node's tool calls go to the SERVER_HOST its `ray_cluster.sh` ran with (environment.sh's knob): two loopback
+# addresses tell the nodes apart.
+SERVER_HOSTS = ("127.0.0.1", "127.0.0.2")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """Ray nodes of this machine (the head, a worker, a third one), started and stopped through ray_cluster.sh."""
+
+    def __init__(self) -> None:
+        # short paths: Ray's socket paths must fit in 107 bytes
+        self.dirs = [Path(tempfile.mkdtemp(prefix="afm-ray")) for _ in range(3)]
+        self.port = _port()
+        self.address = f"127.0.0.1:{self.port}"
+
+    def env(self, node: int, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM", "VERL_ENGINE_DEVICE")}
+        env.update(HEAD_ADDR="127.0.0.1", RAY_PORT=str(self.port), GPUS_PER_NODE="1", NUM_CPUS="8",
+                   RAY_TEMP_DIR=str(self.dirs[node]), AGENT_PORT=str(_port()), DASHBOARD_PORT=str(_port()),
+                   PYTHON=sys.executable, SERVER_HOST=SERVER_HOSTS[min(node, 1)])
+        env.update(extra)
+        return env
+
+    def run(self, action: str, node: int = 0, timeout: float = 180, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(CLUSTER), action], env=self.env(node, **extra), capture_output=True,
+                              text=True, timeout=timeout)
+
+    def processes(self) -> list[str]:
+        """Command lines of the processes of either node (they name its Ray folder)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if any(str(d) in cmd for d in self.dirs):
+                    found.append(cmd)
+        return found
+
+
+def _stop(cluster: Cluster) -> subprocess.CompletedProcess:
+    proc = cluster.run("stop", timeout=180)
+    deadline = time.monotonic() + 60
+    while cluster.processes() and time.monotonic() < deadline:
+        time.sleep(1)
+    return proc
+
+
+def _train_env(cluster: Cluster, work: Path, steps: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE")}
+    env.update(RAY_ADDRESS=cluster.address, NNODES="2", GPUS_PER_NODE="1", JOIN_TIMEOUT="60",
+               AFM_LOCAL_DIR=str(work / "toy"), CKPT_DIR=str(work / "ckpt"), AFM_RL_TRACE_DIR=str(work / "trace"),
+               TOTAL_TRAINING_STEPS=str(steps), SAVE_FREQ="1", PYTHON=sys.executable, LR="1e-3",
+               RAY_DEDUP_LOGS="0")
+    return env
+
+
+def _train(cluster: Cluster, work: Path, steps: int, log: Path, **extra: str) -> int:
+    env = _train_env(cluster, work, steps)
+    env.update(extra)
+    with log.open("w") as out:
+        return subprocess.run(["bash", str(SCRIPT), "--local"], cwd=REPO, env=env, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=900, start_new_session=True).returncode
+
+
+def _steps(log: Path) -> list[str]:
+    """The step of each console metrics line (its first field; the line also holds training/global_step)."""
+    return [m.group(1) for line in log.read_text(errors="replace").splitlines()
+            if (m := re.search(r"\bstep:(\d+) - ", line))]
+
+
+def _worker_node_sees(cluster: Cluster) -> tuple[list[str], dict[str, str]]:
+    """The cluster's node ids, and what a Ray task pinned to each node finds in its environment."""
+    code = """
+import json, os, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
+ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR")
+ids = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+env = ray.remote(lambda: os.environ.get("SERVER_HOST", ""))
+seen = {i: ray.get(env.options(scheduling_strategy=On(i, soft=False), num_cpus=0).remote()) for i in ids}
+print(json.dumps([ids, seen]))
+"""
+    env = dict(os.environ, RAY_ADDRESS=cluster.address, RAY_AUTH_MODE=cluster_auth_mode())
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ids, seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    return ids, seen
+
+
+def cluster_auth_mode() -> str:
+    from afm.rl.cluster import auth_env
+
+    return auth_env(os.environ).get("RAY_AUTH_MODE", os.environ.get("RAY_AUTH_MODE", "disabled"))
+
+
+def _error_lines(log: Path) -> list[str]:
+    return [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[afm] error:")]
+
+
+def _odd_environment(folder: Path) -> str:
+    """A python whose afm says it is another version (as a node with another checkout would), beside the real ray."""
+    folder.mkdir()
+    real = Path(sys.executable)
+    (folder / "ray").symlink_to(real.parent / "ray")
+    wrapper = folder / "python"
+    wrapper.write_text("#!/bin/bash\n"
+                       'if [[ $1 == -c && $2 == *afm.__version__* ]]; then\n'
+                       '  echo "afm_version=0.0.0-other,verl_version=$(' + str(real) + ' -c "import verl; '
+                       'print(verl.__version__)")"; exit 0\nfi\n'
+                       f'exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    """The head alone (a launch that finds one node), then the worker and two runs (the second resumes the first),
+    then a third node with another afm (a launch that refuses it), then `ray_cluster.sh stop`."""
+    work = tmp_path_factory.mktemp("rl_two_nodes")
+    os.chmod(work, 0o755)
+    from afm.rl.local.toy import write_parquet
+
+    write_parquet(work / "toy" / "toy_train.parquet", counts={"RIGHT": 2, "WRONG": 4, "MIX": 6})
+    cluster = Cluster()
+    out: dict = {"work": work, "logs": [work / "run1.log", work / "run2.log"], "codes": []}
+    try:
+        head = cluster.run("head", 0)
+        assert head.returncode == 0, head.stdout[-2000:] + head.stderr[-2000:]
+        began = time.monotonic()
+        out["alone"] = (_train(cluster, work, 1, work / "alone.log", JOIN_TIMEOUT="10"), work / "alone.log",
+                        time.monotonic() - began)
+        worker = cluster.run("worker", 1)
+        assert worker.returncode == 0, worker.stdout[-2000:] + worker.stderr[-2000:]
+        out["ids"], out["seen"] = _worker_node_sees(cluster)
+        out["codes"].append(_train(cluster, work, 1, out["logs"][0]))
+        if out["codes"][0] == 0:  # the same command, one step more: resume_mode=auto continues from global_step_1
+            out["codes"].append(_train(cluster, work, 2, out["logs"][1]))
+        odd = cluster.run("worker", 2, PYTHON=_odd_environment(work / "odd-env"))
+        assert odd.returncode == 0, odd.stdout[-2000:] + odd.stderr[-2000:]
+        out["odd"] = (_train(cluster, work, 3, work / "odd.log", JOIN_TIMEOUT="10"), work / "odd.log")
+    finally:
+        out["stop"] = _stop(cluster)
+        out["left"] = cluster.processes()
+        for d in cluster.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def _traces(work: Path) -> list[dict]:
+    return [json.loads(line) for p in sorted((work / "trace").glob("hf_rollout.*.jsonl"))
+            for line in p.read_text().splitlines()]
+
+
+def test_both_runs_finish_and_resume_at_step_2(two_nodes):
+    work, logs = two_nodes["work"], two_nodes["logs"]
+    for code, log in zip(two_nodes["codes"], logs, strict=False):
+        assert code == 0, log.read_text(errors="replace")[-5000:]
+    assert len(two_nodes["codes"]) == 2
+    assert "[afm] Ray cluster: 2 node(s) x 1 GPU(s), same afm and verl" in logs[0].read_text()
+    assert _steps(logs[0]) == ["1"] and _steps(logs[1]) == ["2"]  # step 1 is not redone
+    for step in (1, 2):
+        actor = work / "ckpt" / f"global_step_{step}" / "actor"
+        # one shard per rank of the world of 2
+        assert {p.name for p in actor.glob("model_world_size_*_rank_*.pt")} == {
+            "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"}, sorted(actor.iterdir())
+
+
+def test_placement_spans_both_nodes(two_nodes):
+    ids = two_nodes["ids"]
+    assert len(ids) == 2
+    launches = [e for e in _traces(two_nodes["work"]) if e["event"] == "launch"]
+    # each run launches replica 0 and 1 (one per trainer rank), pinned to their rank's node: one on each node
+    assert len(launches) == 4
+    by_replica = {}
+    for e in launches:
+        by_replica.setdefault(e["replica"], set()).add(e["node_id"])
+    assert set(by_replica) == {0, 1}
+    assert all(len(v) == 1 for v in by_replica.values()), by_replica  # a rank stays on its node across runs
+    assert by_replica[0] | by_replica[1] == set(ids)
+
+
+def test_both_ranks_hold_the_checkpointed_weights_after_every_step(two_nodes):
+    work = two_nodes["work"]
+    from transformers import AutoModelForCausalLM
+
+    def checksum(path: Path) -> str:
+        return weights_checksum(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
+
+    sums = {0: checksum(work / "toy" / "toy_policy"),
+            **{k: checksum(work / "ckpt" / f"global_step_{k}" / "actor" / "huggingface") for k in (1, 2)}}
+    assert len(set(sums.values())) == 3  # every step changed the actor
+    pushes: dict[int, list[tuple[int, str]]] = {}
+    for e in _traces(work):
+        if e["event"] == "weights":
+            pushes.setdefault(e["replica"], []).append((e["global_steps"], e["checksum"]))
+    # run 1: the start, step 1; run 2 (resumed): the step-1 weights it loaded, then step 2 - on both nodes
+    expected = [(0, sums[0]), (1, sums[1]), (1, sums[1]), (2, sums[2])]
+    assert pushes == {0: expected, 1: expected}
+
+
+def test_each_node_has_the_tool_server_settings_it_started_with(two_nodes):
+    assert sorted(two_nodes["seen"].values()) == sorted(SERVER_HOSTS), two_nodes["seen"]
+
+
+def test_stop_leaves_nothing_running(two_nodes):
+    assert two_nodes["stop"].returncode == 0, two_nodes["stop"].stderr[-2000:]
+    assert two_nodes["left"] == []
+
+
+
+def test_a_missing_node_stops_the_launch_with_one_line(two_nodes):
+    code, log, seconds = two_nodes["alone"]
+    errors = _error_lines(log)
+    assert code == 2 and len(errors) == 1, log.read_text(errors="replace")[-3000:]
+    assert "NNODES=2 but the Ray cluster has 1 node(s) with GPUS_PER_NODE=1 GPUs" in errors[0]
+    assert "(waited 10 s, JOIN_TIMEOUT)" in errors[0]
+    assert seconds < 300  # bounded: JOIN_TIMEOUT plus the launcher's own start
+
+
+def test_a_node_with_another_afm_stops_the_launch_with_one_line(two_nodes):
+    code, log = two_nodes["odd"]
+    errors = _error_lines(log)
+    assert code == 2 and len(errors) == 1, log.read_text(errors="replace")[-3000:]
+    assert "runs afm 0.0.0-other, this node afm" in errors[0] and "install the same afm and verl" in errors[0]
+    assert not (two_nodes["work"] / "ckpt" / "global_step_3").exists()
