@@ -162,15 +162,16 @@ def test_rank_from_the_scheduler_forms_the_same_world(node_rank_run, tiny_model,
 def test_a_node_that_never_joins_stops_with_one_line(tiny_model, demo_data, tmp_path):
     """Node 0 alone, and node 1 alone (against a port nobody serves): each stops after JOIN_TIMEOUT with one line."""
     logs = [tmp_path / "alone0.log", tmp_path / "alone1.log"]
-    procs = [_start(_env(tiny_model, demo_data, tmp_path / f"alone{r}", _port(), {"NODE_RANK": str(r)}), logs[r])
-             for r in (0, 1)]
-    codes = _finish(procs, timeout=JOIN_TIMEOUT * 3 + 240)
+    wait = 10  # nothing will join: the shortest wait
+    procs = [_start(_env(tiny_model, demo_data, tmp_path / f"alone{r}", _port(), {"NODE_RANK": str(r)},
+                         JOIN_TIMEOUT=str(wait)), logs[r]) for r in (0, 1)]
+    codes = _finish(procs, timeout=wait * 3 + 240)
     texts = [log.read_text(errors="replace") for log in logs]
     assert all(code != 0 for code in codes), codes
     errors = [[line for line in t.splitlines() if line.startswith("[afm] error:")] for t in texts]
     assert len(errors[0]) == 1 and "only 1 of 2 nodes joined the rendezvous at 127.0.0.1:" in errors[0][0], texts[0]
     assert len(errors[1]) == 1 and "node 1: node 0 was not reachable at 127.0.0.1:" in errors[1][0], texts[1]
-    assert all(f"within JOIN_TIMEOUT={JOIN_TIMEOUT} s" in e[0] for e in errors)
+    assert all(f"within JOIN_TIMEOUT={wait} s" in e[0] for e in errors)
 
 
 def test_a_rank_killed_mid_step_stops_both_nodes_with_one_line(tiny_model, demo_data, tmp_path):
