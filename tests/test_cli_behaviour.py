@@ -35,7 +35,8 @@ ENTRY_POINTS: list[list[str]] = [
         "afm.testing.openai_standin")),
 ]
 # Modules with a `__main__` block that are not run by users: worker processes started by afm itself.
-INTERNAL_MAINS = {"afm.rewards._math_worker", "afm.sandbox.jail_runner"}
+INTERNAL_MAINS = {"afm.rewards._math_worker", "afm.sandbox.jail_runner",
+                  "afm.rl.cluster"}  # the RL launcher's node check (needs ray: .venv-rl only)
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
