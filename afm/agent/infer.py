@@ -31,6 +31,7 @@ from afm.agent.runner import (
     JsonlStore,
     RolloutTask,
     StoreWriteError,
+    close_run,
     format_summary,
     run_tasks,
     summarize,
@@ -156,12 +157,7 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
     try:
         counts = await run_tasks(tasks, run_one, store, concurrency=args.concurrency, progress=not args.quiet)
     finally:
-        try:
-            store.close()
-        finally:
-            for tool in tools.values():
-                await tool.aclose()
-            await backend.aclose()
+        await close_run(store, tools.values(), backend)
     summary = summarize(store.records())
     summary["run"] = counts
     return summary

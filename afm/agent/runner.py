@@ -261,6 +261,17 @@ def missing(counts: dict[str, Any]) -> int:
     return int(counts.get("failed", 0)) + int(counts.get("cancelled", 0))
 
 
+async def close_run(store: JsonlStore, tools: Iterable[Any], backend: Any) -> None:
+    """End a run: close the store (its final sync may raise :class:`StoreWriteError`), then every tool and the
+    model backend, whatever the store did."""
+    try:
+        store.close()
+    finally:
+        for tool in tools:
+            await tool.aclose()
+        await backend.aclose()
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Finish reasons, tool-call histogram, per-tool counts and token means over trajectory records.
 

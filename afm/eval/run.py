@@ -37,7 +37,16 @@ from typing import Any
 from afm.agent.backend import SamplingParams
 from afm.agent.infer import BackendLoadError, build_backend, build_tools, trajectory_failure
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
-from afm.agent.runner import FAILED, JsonlStore, RolloutTask, StoreWriteError, exit_code, missing, run_tasks
+from afm.agent.runner import (
+    FAILED,
+    JsonlStore,
+    RolloutTask,
+    StoreWriteError,
+    close_run,
+    exit_code,
+    missing,
+    run_tasks,
+)
 
 logger = logging.getLogger("afm.eval")
 RESULTS = "results.jsonl"
@@ -241,12 +250,7 @@ async def evaluate(args: argparse.Namespace,
         counts = await run_tasks(tasks, run_one, store, concurrency=args.concurrency, progress=not args.quiet,
                                  desc="eval")
     finally:
-        try:
-            store.close()
-        finally:
-            for tool in tools.values():
-                await tool.aclose()
-            await backend.aclose()
+        await close_run(store, tools.values(), backend)
     return counts
 
 
