@@ -261,7 +261,7 @@ class AfmAgentLoop(AgentLoopBase):
             statuses[rec.status] = statuses.get(rec.status, 0) + 1
             if rec.status not in OK_STATUSES:
                 errors[rec.name] = errors.get(rec.name, 0) + 1
-            if getattr(rec, "infra", False):  # ToolCallRecord.infra (afm.agent.record); absent = not known
+            if rec.infra:
                 infra[rec.name] = infra.get(rec.name, 0) + 1
         if infra:
             # the sample says nothing about the policy: no token of it is trained on (module docstring)
