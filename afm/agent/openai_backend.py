@@ -1,22 +1,26 @@
-"""OpenAI-compatible completions backend (vLLM, SGLang, llama.cpp server, ...), token ids in and out.
+"""Completions backend for serving engines (vLLM, SGLang, llama.cpp's llama-server, ...), token ids in and out.
 
-The prompt is sent as token ids. Sampled token ids are taken from the response where the server returns them:
-vLLM's ``choices[i].token_ids`` (``return_token_ids``), or logprob tokens rendered as ``token_id:N``
-(``return_tokens_as_token_ids``), or SGLang's ``output_ids``. Otherwise the text is tokenised once and the
-generation is marked ``ids_source="retokenized"``. Stop strings are kept in the output
-(``include_stop_str_in_output``; when a server strips them anyway, the matched stop is re-appended).
+The prompt is sent as token ids, in the dialect of the engine (``afm.agent.engines``: vLLM/SGLang's
+``/v1/completions``, llama-server's native ``/completion``; ``engine="auto"`` asks the server which it is). The
+sampled token ids are taken from the answer where the engine returns them, stop string included. Otherwise the text
+is tokenised once and the generation is marked ``ids_source="retokenized"``; :attr:`OpenAIBackend.fallback_note`
+then says so in one line, which the CLIs print once per run and put in the run's summary and report.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from typing import Any
 
 import httpx
 
 from afm.agent.backend import Generation, SamplingParams
+from afm.agent.engines import DIALECTS, ENGINES, Dialect, Parsed, detect, server_root
 from afm.agent.tokens import TokenizerAdapter
+
+logger = logging.getLogger("afm.agent")
 
 
 class BackendError(RuntimeError):
@@ -24,11 +28,17 @@ class BackendError(RuntimeError):
 
 
 class OpenAIBackend:
-    """Async client with bounded concurrency, retries with backoff and a per-request timeout."""
+    """Async client with bounded concurrency, retries with backoff and a per-request timeout.
+
+    ``engine`` names the server's dialect (``afm.agent.engines.ENGINES``); ``auto`` asks the server on the first
+    request. ``retokenized`` counts the generations whose ids were rebuilt from text.
+    """
 
     def __init__(self, base_url: str, model: str, tokenizer: TokenizerAdapter, *, api_key: str = "EMPTY",
                  concurrency: int = 64, timeout_s: float = 600.0, retries: int = 3,
-                 extra_body: dict[str, Any] | None = None) -> None:
+                 extra_body: dict[str, Any] | None = None, engine: str = "auto") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.tok = tokenizer
@@ -36,9 +46,13 @@ class OpenAIBackend:
         self.timeout_s = timeout_s
         self.retries = retries
         self.extra_body = dict(extra_body or {})
+        self.engine = engine
+        self.dialect: Dialect | None = None if engine == "auto" else DIALECTS[engine]
         self._sem = asyncio.Semaphore(concurrency)
+        self._detect_lock = asyncio.Lock()
         self._client: httpx.AsyncClient | None = None
         self.retokenized = 0
+        self.generations = 0
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -46,36 +60,58 @@ class OpenAIBackend:
                                              limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
         return self._client
 
-    def request_body(self, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model, "prompt": prompt_ids, "max_tokens": sampling.max_new_tokens,
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "n": 1,
-            "stop": list(sampling.stop) or None, "include_stop_str_in_output": True, "skip_special_tokens": False,
-            "return_token_ids": True, "logprobs": 0, "return_tokens_as_token_ids": True,
-            "presence_penalty": sampling.presence_penalty, "frequency_penalty": sampling.frequency_penalty,
-        }
-        if sampling.top_k > 0:
-            body["top_k"] = sampling.top_k
-        if sampling.repetition_penalty != 1.0:
-            body["repetition_penalty"] = sampling.repetition_penalty
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
+    async def resolve_dialect(self) -> Dialect:
+        """The engine's dialect, asked of the server once when ``engine="auto"`` (said once in the log)."""
+        if self.dialect is not None:
+            return self.dialect
+        async with self._detect_lock:
+            if self.dialect is None:
+                self.dialect = await detect(self._http(), self.base_url)
+                logger.info("engine at %s: %s", self.base_url, self.dialect.describe)
+        return self.dialect
+
+    @property
+    def fallback_note(self) -> str | None:
+        """One line when some generations' token ids were rebuilt from text (not the model's own), else None."""
+        if not self.retokenized:
+            return None
+        name = self.dialect.name if self.dialect else self.engine
+        return (f"token ids retokenized from text for {self.retokenized} of {self.generations} generations: the "
+                f"engine ({name} dialect at {self.base_url}) returned no sampled ids, so training on these "
+                "trajectories is not token-in-token-out (serve with vLLM, SGLang or llama-server, or pass --engine)")
+
+    def request_body(self, prompt_ids: list[int], sampling: SamplingParams, dialect: Dialect | None = None,
+                     n: int = 1) -> dict[str, Any]:
+        body = (dialect or self.dialect or DIALECTS["openai"]).request_body(self.model, prompt_ids, sampling, n)
         body.update(self.extra_body)
         return body
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        body = self.request_body(prompt_ids, sampling)
+        return (await self.generate_n(prompt_ids, sampling, 1))[0]
+
+    async def generate_n(self, prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[Generation]:
+        """``n`` samples for one prompt in one request (engines whose dialect allows ``n > 1``; else n requests)."""
+        dialect = await self._dialect_or_retry()
+        if n > 1 and not dialect.multi_sample:
+            return [g for _ in range(n) for g in await self.generate_n(prompt_ids, sampling, 1)]
+        body = self.request_body(prompt_ids, sampling, dialect, n)
+        # OpenAI paths hang off the base URL as given; a native endpoint off the server's root
+        url = (self.base_url + dialect.path.removeprefix("/v1") if dialect.path.startswith("/v1/")
+               else server_root(self.base_url) + dialect.path)
         last: str = ""
         async with self._sem:
             for attempt in range(self.retries + 1):
                 try:
-                    resp = await self._http().post(f"{self.base_url}/completions", json=body)
+                    resp = await self._http().post(url, json=body)
                 except (httpx.TransportError, httpx.TimeoutException) as exc:
                     last = f"{type(exc).__name__}: {exc}"
                 else:
                     if resp.status_code == 200:
                         try:
-                            return self.parse(resp.json(), sampling)
+                            parsed = dialect.parse(resp.json(), sampling)
+                            if len(parsed) != n:
+                                raise ValueError(f"{len(parsed)} completions for n={n}")
+                            return [self._generation(p) for p in parsed]
                         except (ValueError, KeyError, IndexError, TypeError) as exc:
                             last = f"unreadable response ({exc}): {resp.text[:300]}"
                     elif resp.status_code in (408, 409, 429) or resp.status_code >= 500:
@@ -87,48 +123,43 @@ class OpenAIBackend:
                     await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
         raise BackendError(f"model server failed after {self.retries + 1} attempts: {last}")
 
+    async def _dialect_or_retry(self) -> Dialect:
+        """The dialect; a server that cannot be reached yet is asked again (with the request's retries)."""
+        for attempt in range(self.retries + 1):
+            try:
+                return await self.resolve_dialect()
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                if attempt == self.retries:
+                    raise BackendError(f"model server at {self.base_url} cannot be reached: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+                await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
     def parse(self, data: dict[str, Any], sampling: SamplingParams) -> Generation:
-        choice = data["choices"][0]
-        text = choice.get("text") or ""
-        reason = choice.get("finish_reason")
-        matched = choice.get("stop_reason", choice.get("matched_stop"))
-        ids = _token_ids(choice)
+        """The first completion of an answer in this backend's dialect (generic OpenAI until one is known)."""
+        return self._generation((self.dialect or DIALECTS["openai"]).parse(data, sampling)[0])
+
+    def _generation(self, p: Parsed) -> Generation:
+        self.generations += 1
+        ids, finish, text = p.ids, p.finish, p.text
         source = "sampled"
-        if reason == "length":
-            finish = "length"
-            stop_str = None
-        elif isinstance(matched, str) and matched:
-            finish, stop_str = "stop", matched
-            if not text.endswith(matched) and ids is None:
-                text += matched  # the server stripped the stop string despite include_stop_str_in_output
-        else:
-            # finish "stop" without a matched string: the model's end-of-sequence token.
-            stop_str = next((s for s in sampling.stop if text.endswith(s)), None)
-            finish = "stop" if stop_str else "eos"
         if ids is None:
             ids = self.tok.encode(text)
             source = "retokenized"
             self.retokenized += 1
+            if self.retokenized == 1:  # said once per run; the summary and the eval report count them
+                name = self.dialect.name if self.dialect else self.engine
+                logger.warning("afm: the engine (%s dialect at %s) returned no sampled token ids: they are "
+                               "retokenized from the text, so these trajectories are not token-in-token-out; the "
+                               "run's summary counts them", name, self.base_url)
             if finish == "eos" and (not ids or ids[-1] not in self.tok.eos_ids):
                 ids.append(min(self.tok.eos_ids))
-        if finish == "eos" and ids and ids[-1] not in self.tok.eos_ids and reason != "length":
+        if finish == "eos" and ids and ids[-1] not in self.tok.eos_ids:
             ids = [*ids, min(self.tok.eos_ids)]  # servers drop the EOS from the output; the context keeps it
-        return Generation(ids, finish, self.tok.decode(ids) if source == "sampled" else text, stop_str, source,
-                          meta={"finish_reason": reason, "stop_reason": matched})
+        return Generation(ids, finish, self.tok.decode(ids) if source == "sampled" else text, p.stop_str,  # type: ignore[arg-type]
+                          source, meta=dict(p.meta))
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-
-
-def _token_ids(choice: dict[str, Any]) -> list[int] | None:
-    for key in ("token_ids", "output_ids"):
-        ids = choice.get(key)
-        if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
-            return list(ids)
-    lp = choice.get("logprobs") or {}
-    toks = lp.get("tokens") if isinstance(lp, dict) else None
-    if toks and all(isinstance(t, str) and t.startswith("token_id:") for t in toks):
-        return [int(t.split(":", 1)[1]) for t in toks]
-    return None

@@ -292,6 +292,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"trajectories": n, "finish_reasons": dict(finish), "tool_calls_histogram": dict(sorted(calls_hist.items())),
             "tool_calls_per_tool": dict(per_tool), "tool_call_status": dict(status), "failed": len(failed),
             "with_answer": sum(r.get("answer") is not None for r in records),
+            "ids_retokenized": sum(r.get("ids_source") == "retokenized" for r in records),
             "mean_model_tokens": round(mean("model_tokens"), 1),
             "mean_observation_tokens": round(mean("observation_tokens"), 1), "mean_turns": round(mean("turns"), 2)}
 
@@ -305,4 +306,8 @@ def format_summary(s: dict[str, Any]) -> str:
              "call status: " + (", ".join(f"{k}={v}" for k, v in s["tool_call_status"].items()) or "none"),
              f"mean tokens: model {s['mean_model_tokens']}, observation {s['mean_observation_tokens']}; "
              f"mean turns {s['mean_turns']}"]
+    if s.get("ids_retokenized"):
+        lines.insert(0, f"WARNING token ids retokenized from text in {s['ids_retokenized']} of {s['trajectories']} "
+                        "trajectories: the engine returned no sampled ids, so they are not token-in-token-out "
+                        "(serve with vLLM, SGLang or llama-server; afm infer --engine)")
     return "\n".join(lines)

@@ -382,7 +382,8 @@ def caveats(records: Sequence[dict[str, Any]], failed: Sequence[dict[str, Any]],
     ``lcb_public_only``: LiveCodeBench samples graded without private tests; ``infra_failures``: samples that
     failed on infrastructure and are in no score, by kind (engine, tool, sandbox, judge); ``not_run``: samples the
     run should hold (``expected``, per benchmark: config.json's ``expected_samples``) that have no record at all,
-    because the run was interrupted or is still going.
+    because the run was interrupted or is still going; ``ids_retokenized``: samples whose token ids the engine did
+    not return (rebuilt from the text, so not token-in-token-out).
     """
     def per_bench(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
         return dict(Counter(str(r["benchmark"]) for r in rows))
@@ -390,12 +391,14 @@ def caveats(records: Sequence[dict[str, Any]], failed: Sequence[dict[str, Any]],
     totals = per_bench(records)
     fallback = per_bench(r for r in records if r.get("method") == "em_f1_fallback")
     public = per_bench(r for r in records if _is_lcb(r) and r.get("tests_from") in ("inline", "file_public_only"))
+    retokenized = per_bench(r for r in records if r.get("ids_source") == "retokenized")
     kinds = Counter(str(r.get("failure") or "unknown").split(":", 1)[0] for r in failed)
     failed_per_bench = per_bench(failed)
     not_run = {b: n - totals.get(b, 0) - failed_per_bench.get(b, 0) for b, n in (expected or {}).items()}
     not_run = {b: n for b, n in not_run.items() if n > 0}
     return {"judge_fallback": {b: [n, totals[b]] for b, n in fallback.items()},
             "lcb_public_only": {b: [n, totals[b]] for b, n in public.items()},
+            "ids_retokenized": {b: [n, totals[b]] for b, n in retokenized.items()},
             "infra_failures": {"total": len(failed), "by_benchmark": failed_per_bench, "by_kind": dict(kinds)},
             "not_run": {"total": sum(not_run.values()), "by_benchmark": not_run}}
 

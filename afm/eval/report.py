@@ -180,6 +180,10 @@ def _caveat_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"> **LiveCodeBench graded without private tests** ({share(c['lcb_public_only'])} on public "
                      "tests only): scores are too high. Set LIVECODEBENCH_TESTCASES_DIR "
                      "(`python -m afm.eval.lcb_testcases`).")
+    if c.get("ids_retokenized"):
+        lines.append(f"> **Token ids retokenized from text** ({share(c['ids_retokenized'])}): the engine returned no "
+                     "sampled ids, so these trajectories are not token-in-token-out (serve with vLLM, SGLang or "
+                     "llama-server; `--engine`).")
     infra = c.get("infra_failures") or {}
     if infra.get("total"):
         kinds = ", ".join(f"{k}: {n}" for k, n in infra["by_kind"].items())
@@ -197,7 +201,7 @@ def _caveat_lines(summary: dict[str, Any]) -> list[str]:
 def _header(summary: dict[str, Any], title: str) -> list[str]:
     cfg = summary.get("config") or {}
     lines = [f"# {title}", "", *_caveat_lines(summary), f"- run: `{summary.get('run_dir')}`"]
-    for key in ("model", "backend", "prompt_style", "started_at", "seed"):
+    for key in ("model", "backend", "engine", "prompt_style", "started_at", "seed"):
         if cfg.get(key) is not None:
             lines.append(f"- {key}: `{cfg[key]}`")
     if cfg.get("settings"):

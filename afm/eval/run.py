@@ -163,7 +163,7 @@ async def evaluate(args: argparse.Namespace,
     names, specs, items = inputs if inputs is not None else load_inputs(args)
     settings = {b: _sampling(dict(specs[b].sampling), args) for b in names}
     config = {"model": args.model, "backend": args.backend, "base_url": args.base_url if args.backend == "openai"
-              else None, "prompt_style": args.prompt_style, "benchmarks": names, "seed": args.seed,
+              else None, "engine": args.engine if args.backend == "openai" else None, "prompt_style": args.prompt_style, "benchmarks": names, "seed": args.seed,
               "settings": settings, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv[1:],
               # what a complete run holds, so that a report of an unfinished one says so
               "expected_samples": {b: len(items[b]) * settings[b]["n"] for b in names}}
@@ -244,6 +244,7 @@ async def evaluate(args: argparse.Namespace,
                 "finish_reason": traj.finish_reason, "tool_calls": len(traj.tool_calls),
                 "tool_counts": traj.tool_counts(), "model_tokens": traj.n_model_tokens,
                 "observation_tokens": traj.n_observation_tokens, "turns": traj.turns, "wall_s": round(traj.wall_s, 3),
+                "ids_source": traj.ids_source,
                 "error": error, "trajectory": traj_dict if args.keep_trajectories else None}
 
     try:

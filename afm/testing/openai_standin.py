@@ -28,21 +28,38 @@ from fastapi.responses import JSONResponse, Response
 
 from afm.testing.procs import ServerProcess, free_port
 
+DIALECTS = ("vllm", "llamacpp")
 
-def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_path: str | None = None) -> Any:
+
+def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_path: str | None = None,
+               dialect: str = "vllm") -> Any:
     """The stand-in FastAPI app (one process; state lives in the app).
 
     With ``tokenizer_path``, ``/v1/completions`` behaves like vLLM for token-level clients: the prompt may be a
     list of token ids, the reply is cut after the first requested stop string (kept, ``stop_reason`` set) or ends
     with the end-of-sequence token (``stop_reason`` null), ``max_tokens`` truncates it (``finish_reason``
     ``length``), and ``token_ids`` are returned unless the request or the reply spec says ``no_token_ids``.
+
+    ``dialect="llamacpp"`` (with a tokenizer) answers as llama.cpp's llama-server documents it instead: ``GET
+    /props``; the native ``POST /completion`` (``prompt`` as ids, ``n_predict``, ``n``; ``content`` with the stop
+    string cut off, ``tokens`` with every sampled id, stop string's and EOS included, when ``return_tokens``;
+    ``stop_type`` ``word``/``eos``/``limit`` and ``stopping_word``; a list of results when ``n > 1``); and
+    ``/v1/completions`` with the stop string cut off, no ``stop_reason``, and ids only in ``logprobs.content[i].id``
+    (``logprobs >= 1``) without the stop string's tokens.
     """
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; choose one of {', '.join(DIALECTS)}")
+    if dialect != "vllm" and not tokenizer_path:
+        raise ValueError(f"the {dialect} dialect needs a tokenizer (token ids in and out)")
     app = FastAPI(title="afm OpenAI-compatible stand-in")
     tok = None
     if tokenizer_path:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(tokenizer_path)
+        eos_id = tok.convert_tokens_to_ids("<|im_end|>")
+        if not isinstance(eos_id, int) or eos_id == tok.unk_token_id:
+            eos_id = tok.eos_token_id
     state: dict[str, Any] = {"queue": [], "rules": [], "requests": [], "default": default_reply, "count": 0}
 
     def request_text(body: dict[str, Any]) -> str:
@@ -76,31 +93,59 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
                 return rule
         return {"content": state["default"]}
 
-    def token_choice(body: dict[str, Any], spec: dict[str, Any], content: str, index: int) -> dict[str, Any]:
+    def sample(body: dict[str, Any], spec: dict[str, Any], content: str,
+               max_tokens: Any) -> tuple[list[int], str, str | None, int]:
+        """``(ids, finish, stop, stop_ids)`` of one reply: ``finish`` is ``word``, ``eos`` or ``limit``; the
+        last ``stop_ids`` ids are the matched stop string's."""
         assert tok is not None
         stops = body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else stops
         hits = [(content.find(s) + len(s), s) for s in stops if s in content]
-        stop_reason: str | None = None
+        stop: str | None = None
         eos = False
         if hits:
-            end, stop_reason = min(hits)
+            end, stop = min(hits)
             content = content[:end]
         elif spec.get("finish_reason", "stop") == "stop":
             eos = True
         ids = tok.encode(content, add_special_tokens=False)
+        stop_ids = len(ids) - len(tok.encode(content[: len(content) - len(stop)], add_special_tokens=False)) if stop \
+            else 0
         if eos:
-            ids.append(tok.convert_tokens_to_ids("<|im_end|>"))
-        finish = "stop"
-        max_tokens = body.get("max_tokens")
+            ids.append(eos_id)
         if spec.get("finish_reason") == "length" or (max_tokens is not None and len(ids) > int(max_tokens)):
             ids = ids[: int(max_tokens)] if max_tokens is not None else ids
-            finish, stop_reason = "length", None
+            return ids, "limit", None, 0
+        return ids, "word" if stop else "eos", stop, stop_ids
+
+    def token_choice(body: dict[str, Any], spec: dict[str, Any], content: str, index: int) -> dict[str, Any]:
+        assert tok is not None
+        ids, kind, stop, stop_ids = sample(body, spec, content, body.get("max_tokens"))
+        finish = "length" if kind == "limit" else "stop"
+        if dialect == "llamacpp":  # the stop string is cut from the text and not named; ids only in logprobs
+            kept = ids[: len(ids) - stop_ids]
+            choice: dict[str, Any] = {"index": index, "text": tok.decode(kept, skip_special_tokens=True),
+                                      "finish_reason": finish, "logprobs": None}
+            if int(body.get("logprobs") or 0) >= 1:
+                choice["logprobs"] = {"content": [{"id": i, "token": tok.decode([i]), "logprob": 0.0}
+                                                  for i in kept]}
+            return choice
         text = tok.decode(ids, skip_special_tokens=True)
-        choice: dict[str, Any] = {"index": index, "text": text, "finish_reason": finish, "stop_reason": stop_reason}
+        choice = {"index": index, "text": text, "finish_reason": finish, "stop_reason": stop}
         if body.get("return_token_ids") and not spec.get("no_token_ids"):
             choice["token_ids"] = ids
         return choice
+
+    def native_result(body: dict[str, Any], spec: dict[str, Any], content: str, index: int) -> dict[str, Any]:
+        """One result of llama-server's native ``/completion``."""
+        assert tok is not None
+        ids, kind, stop, stop_ids = sample(body, spec, content, body.get("n_predict"))
+        out: dict[str, Any] = {"index": index, "content": tok.decode(ids[: len(ids) - stop_ids],
+                                                                     skip_special_tokens=True),
+                               "tokens": ids if body.get("return_tokens") and not spec.get("no_token_ids") else [],
+                               "id_slot": 0, "stop": True, "model": model, "tokens_predicted": len(ids),
+                               "stop_type": kind, "stopping_word": stop or "", "truncated": False}
+        return out
 
     async def answer(request: Request, kind: str) -> Response:
         try:
@@ -121,6 +166,9 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
         content = spec.get("content", "")
         content = content.replace("{echo}", last_user(body))
         n = int(body.get("n") or 1)
+        if kind == "native":
+            results = [native_result(body, spec, content, i) for i in range(n)]
+            return JSONResponse(results if n > 1 else results[0])
         finish = spec.get("finish_reason", "stop")
         created = int(time.time())
         usage = {"prompt_tokens": len(request_text(body).split()), "completion_tokens": len(content.split())}
@@ -145,6 +193,16 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await answer(request, "text")
+
+    if dialect == "llamacpp":
+        @app.post("/completion")
+        async def native_completion(request: Request) -> Response:
+            return await answer(request, "native")
+
+        @app.get("/props")
+        async def props() -> dict[str, Any]:
+            return {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1, "model_path": model,
+                    "build_info": "afm stand-in (llamacpp dialect)"}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -185,11 +243,11 @@ class StandIn:
     """Client and process handle for a running stand-in; ``with StandIn() as llm: llm.base_url ...``."""
 
     def __init__(self, port: int | None = None, default_reply: str = "{echo}", model: str = "standin",
-                 tokenizer: str | None = None) -> None:
+                 tokenizer: str | None = None, dialect: str = "vllm") -> None:
         self.port = port or free_port()
         self.model = model
         argv = ["-m", "afm.testing.openai_standin", "--port", str(self.port), "--default-reply", default_reply,
-                "--model", model]
+                "--model", model, "--dialect", dialect]
         if tokenizer:
             argv += ["--tokenizer", str(tokenizer)]
         self.server = ServerProcess(argv, self.port)
@@ -247,9 +305,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--default-reply", default="{echo}")
     p.add_argument("--model", default="standin")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder: answer completions with token ids")
+    p.add_argument("--dialect", choices=DIALECTS, default="vllm",
+                   help="whose completion dialect to speak (llamacpp needs --tokenizer)")
     args = p.parse_args(argv)
-    uvicorn.run(create_app(args.default_reply, args.model, args.tokenizer), host=args.host, port=args.port,
-                log_level="warning", access_log=False)
+    uvicorn.run(create_app(args.default_reply, args.model, args.tokenizer, args.dialect), host=args.host,
+                port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,160 @@
+"""Engine dialects (afm.agent.engines) against the OpenAI stand-in speaking each engine's documented dialect.
+
+The stand-in runs on 127.0.0.1 with the tiny model's tokenizer; ``dialect="llamacpp"`` answers as llama-server
+does (stop strings cut from the text, ids only on the native ``/completion``). The same checks against the real
+llama-server are in tests/test_llamacpp_engine.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from afm.agent import AgentConfig, SamplingParams, TokenizerAdapter, ToolRunner, run_trajectory
+from afm.agent.infer import main as infer_main
+from afm.agent.openai_backend import OpenAIBackend
+from afm.eval.report import write_report
+from afm.testing.openai_standin import StandIn
+from afm.tools import Tool, ToolContext, ToolResult
+
+CALL = "<think> look it up </think>\n<wiki_search> Town 6080</wiki_search>"
+
+
+class Wiki(Tool):
+    """Answers every query at once and remembers it."""
+
+    name = "wiki_search"
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.queries: list[str] = []
+
+    async def call(self, body: str, ctx: ToolContext) -> ToolResult:
+        self.queries.append(body)
+        return ToolResult(f"Town 6080 is in the north ({body}).")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model) -> TokenizerAdapter:
+    return TokenizerAdapter.from_pretrained(str(tiny_model))
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_model):
+    with StandIn(tokenizer=str(tiny_model), dialect="llamacpp") as server:
+        yield server
+
+
+def trajectory(llm: StandIn, tok: TokenizerAdapter, replies: list[Any], engine: str = "auto"):
+    llm.reset()
+    llm.queue(*replies)
+    wiki = Wiki()
+    cfg = AgentConfig(tools=("wiki_search",), sampling=SamplingParams(temperature=0), max_turns=4)
+
+    async def go():
+        backend = OpenAIBackend(llm.base_url, "standin", tok, retries=0, timeout_s=30, engine=engine)
+        prompt = tok.chat_prompt_ids([{"role": "user", "content": "Where is Town 6080?"}])
+        try:
+            traj = await run_trajectory(backend, tok, ToolRunner({"wiki_search": wiki}, cfg), cfg, prompt)
+        finally:
+            await backend.aclose()
+        return traj, backend
+
+    traj, backend = asyncio.run(go())
+    return traj, backend, wiki, llm.requests()
+
+
+def test_llamacpp_stop_string_is_a_tool_call(llama, tok):
+    """llama-server cuts the stop string and names no stop_reason: afm must still see the tool call (issue 24 §1)."""
+    traj, backend, wiki, reqs = trajectory(llama, tok, [CALL + " never sent", "<answer>the north</answer>"])
+    assert backend.dialect is not None and backend.dialect.name == "llamacpp"  # asked the server (GET /props)
+    assert [r["path"] for r in reqs] == ["/completion", "/completion"]
+    assert reqs[0]["body"]["stop"] == ["</wiki_search>", "</answer>"] and reqs[0]["body"]["return_tokens"] is True
+    assert wiki.queries == ["Town 6080"] and [c.name for c in traj.tool_calls] == ["wiki_search"]
+    assert traj.finish_reason == "answer" and traj.final_answer() == "the north"
+    model = [s for s in traj.segments if s.kind == "model"]
+    assert model[0].text.endswith("</wiki_search>") and tok.decode(model[0].ids) == model[0].text
+    assert traj.ids_source == "sampled" and backend.retokenized == 0
+    # the second request's prompt is the first's plus the sampled ids (stop string's included) and the observation
+    assert reqs[1]["body"]["prompt"] == reqs[0]["body"]["prompt"] + model[0].ids + traj.segments[1].ids
+
+
+def test_llamacpp_eos_and_length(llama, tok):
+    traj, _, _, _ = trajectory(llama, tok, ["<think> nothing to call </think>"])
+    assert traj.finish_reason == "eos" and traj.segments[0].ids[-1] in tok.eos_ids
+    assert traj.segments[0].ids.count(traj.segments[0].ids[-1]) == 1  # the engine's EOS, not a second one
+    cfg_reply = {"content": "<think> " + "word " * 40, "finish_reason": "length"}
+    traj, _, _, reqs = trajectory(llama, tok, [cfg_reply])
+    assert reqs[0]["body"]["n_predict"] > 0 and traj.segments[0].ids[-1] not in tok.eos_ids
+
+
+def test_llamacpp_n_samples_in_one_request(llama, tok):
+    llama.reset()
+    llama.queue(CALL)
+
+    async def go():
+        backend = OpenAIBackend(llama.base_url, "standin", tok, retries=0, engine="llamacpp")
+        try:
+            return await backend.generate_n(tok.encode("q"), SamplingParams(stop=("</wiki_search>",)), 3)
+        finally:
+            await backend.aclose()
+
+    gens = asyncio.run(go())
+    assert len(llama.requests()) == 1 and llama.requests()[0]["body"]["n"] == 3
+    assert [g.finish for g in gens] == ["stop"] * 3 and all(g.text.endswith("</wiki_search>") for g in gens)
+
+
+def test_openai_endpoint_of_llamacpp_is_ambiguous_without_the_dialect(llama, tok):
+    """What afm did before it knew the dialect: /v1/completions of llama-server reads the tool call as an EOS and
+    retokenizes, and says so once on the console."""
+    traj, backend, wiki, reqs = trajectory(llama, tok, [CALL], engine="openai")
+    assert reqs[0]["path"] == "/v1/completions"
+    assert wiki.queries == [] and traj.finish_reason == "eos"
+    assert traj.ids_source == "retokenized" and backend.retokenized == 1
+    assert "retokenized" in (backend.fallback_note or "")
+
+
+def test_vllm_standin_detected_as_generic_openai(tiny_model, tok):
+    with StandIn(tokenizer=str(tiny_model)) as llm:
+        traj, backend, wiki, _ = trajectory(llm, tok, [CALL, "<answer>north</answer>"])
+    assert backend.dialect is not None and backend.dialect.name == "openai"  # no /props, owned_by "afm"
+    assert wiki.queries == ["Town 6080"] and traj.ids_source == "sampled" and backend.fallback_note is None
+
+
+def test_fallback_said_once_and_in_the_summary(tiny_model, tmp_path, capsys, caplog):
+    """A server that returns no ids: one console line for the run, a summary line, a report headline."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": i, "question": f"q{i}", "answer": "a"}) + "\n" for i in range(3)))
+    with StandIn(tokenizer=str(tiny_model)) as llm:
+        llm.rules({"match": ".", "content": "<answer>a</answer>", "no_token_ids": True})
+        with caplog.at_level(logging.WARNING, logger="afm.agent"):
+            rc = infer_main(["--input", str(questions), "--output", str(tmp_path / "t.jsonl"), "--model", "standin",
+                             "--tokenizer", str(tiny_model), "--base-url", llm.base_url, "--prompt", "code_agent",
+                             "--quiet", "--concurrency", "2"])
+    assert rc == 0
+    said = [r for r in caplog.records if "retokenized" in r.getMessage()]
+    assert len(said) == 1
+    out = capsys.readouterr().out
+    assert "token ids retokenized from text in 3 of 3 trajectories" in out
+
+
+def test_fallback_in_the_eval_report_headline(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"key": f"nq/{i}#0", "benchmark": "nq", "qid": str(i), "sample": 0, "status": "ok", "score": 1.0,
+             "acc": 1.0, "method": "em", "data_source": "nq", "tool_calls": 0, "model_tokens": 5,
+             "observation_tokens": 0, "turns": 1, "finish_reason": "answer",
+             "ids_source": "retokenized" if i < 2 else "sampled"} for i in range(4)]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = write_report(run).read_text()
+    headline = report.split("- run:", 1)[0]
+    assert "**Token ids retokenized from text** (nq 2/4 samples)" in headline
+
+
+def test_llamacpp_server_error_fails_the_sample(llama, tok):
+    traj, _, _, reqs = trajectory(llama, tok, [{"status": 500, "content": "slot crashed"}])
+    assert traj.finish_reason == "error" and "HTTP 500" in (traj.error or "") and len(reqs) == 1
