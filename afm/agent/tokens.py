@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+# ChatML's (Qwen) and Gemma's end of turn
+END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>")
+
 
 class TokenizerAdapter:
     """Wraps a ``transformers`` tokenizer (or anything with the same methods)."""
@@ -13,10 +16,12 @@ class TokenizerAdapter:
     def __init__(self, tokenizer: Any, extra_eos_ids: Sequence[int] = ()) -> None:
         self.tok = tokenizer
         eos = {tokenizer.eos_token_id} if getattr(tokenizer, "eos_token_id", None) is not None else set()
-        # ChatML's end of turn ends a generation for every chat model that uses it, whatever eos_token says.
-        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if hasattr(tokenizer, "convert_tokens_to_ids") else None
-        if isinstance(im_end, int) and im_end != getattr(tokenizer, "unk_token_id", None):
-            eos.add(im_end)
+        # A chat format's end of turn ends a generation for every model that uses it, whatever eos_token says.
+        if hasattr(tokenizer, "convert_tokens_to_ids"):
+            for token in END_OF_TURN_TOKENS:
+                tid = tokenizer.convert_tokens_to_ids(token)
+                if isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None):
+                    eos.add(tid)
         self.eos_ids: frozenset[int] = frozenset(eos | set(extra_eos_ids))
         self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
 

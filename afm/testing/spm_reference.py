@@ -65,3 +65,42 @@ class ReferenceSPM:
         for frag, is_special in self._partition(text):
             ids.extend([self.ids[frag]] if is_special else self._bpe(frag))
         return ids
+
+
+def read_gguf_vocab(path: str) -> tuple[list[str], list[float], list[int]]:
+    """``tokenizer.ggml.tokens/scores/token_type`` parsed straight from a GGUF v2/v3 header (struct only: no
+    ``gguf`` package, so that the oracle shares no reader with afm.model)."""
+    import struct
+
+    scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+    want = {"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"}
+    found: dict[str, list] = {}
+    with open(path, "rb") as f:
+        def read(fmt: str):
+            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+        def string() -> str:
+            return f.read(read("<Q")).decode("utf-8")
+
+        def value(vtype: int):
+            if vtype == 8:
+                return string()
+            if vtype == 9:
+                etype, n = read("<I"), read("<Q")
+                if etype in scalar:  # one unpack for the whole array
+                    fmt = scalar[etype]
+                    return list(struct.unpack(f"<{n}{fmt[1]}", f.read(n * struct.calcsize(fmt))))
+                return [value(etype) for _ in range(n)]
+            return read(scalar[vtype])
+
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path}: not a GGUF file")
+        version, _n_tensors, n_kv = read("<I"), read("<Q"), read("<Q")
+        if version < 2:
+            raise ValueError(f"{path}: GGUF version {version} (v2/v3 only)")
+        for _ in range(n_kv):
+            key, vtype = string(), read("<I")
+            v = value(vtype)
+            if key in want:
+                found[key] = v
+    return found["tokenizer.ggml.tokens"], found["tokenizer.ggml.scores"], found["tokenizer.ggml.token_type"]

