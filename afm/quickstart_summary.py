@@ -12,7 +12,10 @@ quickstart reports exactly what ``afm eval report`` would.
      "questions": {"<family>": n},
      "tool_calls": {"<stage>": {"<family>": mean tool calls per sample}},
      "tokens_per_solved": {"<stage>": {"<family>": mean model+observation tokens of a solved sample}},
-     "comparisons": {"<A>_vs_<B>": {"<family>": {"diff", "ci", "excludes_zero"}, ...}}, ...}
+     "comparisons": {"<A>_vs_<B>": {"<family>": {"diff", "ci", "excludes_zero"}, ...}},
+     "rl_reward": [[step, DAPO reward], ...], "rl_target": {"family", "why"}, ...}
+
+``rl_reward`` and ``rl_target`` are written by the quickstart when it ran (or meant to run) DAPO.
 """
 
 from __future__ import annotations
@@ -144,10 +147,11 @@ def plot(summary: Mapping[str, Any], path: str | Path) -> Path:
     stages = list(summary["stages"])
     x = np.arange(len(fams))
     width = 0.8 / max(1, len(stages))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    reward = [(int(step), float(r)) for step, r in summary.get("rl_reward") or []]
+    fig, axes = plt.subplots(1, 4 if reward else 3, figsize=(20 if reward else 15, 4))
     panels = (("accuracy (%)", "stages", 100.0), ("tool calls per task", "tool_calls", 1.0),
               ("tokens per solved task", "tokens_per_solved", 1.0))
-    for ax, (title, key, scale) in zip(axes, panels, strict=True):
+    for ax, (title, key, scale) in zip(axes[:3], panels, strict=True):
         for i, stage in enumerate(stages):
             vals = [summary[key][stage].get(f) for f in fams]
             ys = [scale * (v or 0.0) for v in vals]
@@ -161,12 +165,51 @@ def plot(summary: Mapping[str, Any], path: str | Path) -> Path:
         ax.set_title(title)
         ax.set_ylim(0, 105) if key == "stages" else ax.set_ylim(bottom=0)
     axes[0].legend(fontsize="small")
+    if reward:  # next to the bars: what DAPO optimised, step by step
+        ax = axes[3]
+        ax.plot([s for s, _ in reward], [r for _, r in reward], marker="o")
+        ax.set_xlabel("DAPO step")
+        ax.set_ylim(-0.05, 1.05)
+        target = (summary.get("rl_target") or {}).get("family")
+        ax.set_title("DAPO reward per step" + (f" (RL set: mostly {target})" if target else ""))
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _diff(row: Mapping[str, Any] | None) -> str:
+    if not row or row.get("diff") is None:
+        return "–"
+    ci = row.get("ci")
+    ci_s = f" [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}]" if ci else ""
+    return f"{100 * row['diff']:+.0f} pt{ci_s}" + (" (resolved)" if row.get("excludes_zero") else " (not resolved)")
+
+
+def stage_story(summary: Mapping[str, Any]) -> list[str]:
+    """Lines that say what each stage added: SFT over the untrained student, RL over SFT on the family RL was meant
+    to fix (``rl_target``) and on the others."""
+    stages, cmp = summary["stages"], summary["comparisons"]
+    lines = ["## What each stage added", ""]
+    if "sft" in stages and "untrained" in stages:
+        lines.append(f"- **SFT** (distillation + masked SFT): macro {_pct(stages['untrained'].get('macro'))} → "
+                     f"{_pct(stages['sft'].get('macro'))} ({_diff(cmp.get('sft_vs_untrained', {}).get('macro'))}).")
+    target = summary.get("rl_target") or {}
+    fam = target.get("family")
+    if fam:
+        lines.append(f"- **RL was meant to fix `{fam}`**: {target.get('why', '')}.")
+    if "rl" in stages and "sft" in stages:
+        rows = cmp.get("rl_vs_sft", {})
+        if fam:
+            lines.append(f"- **RL** (DAPO) on `{fam}`: {_pct(stages['sft'].get(fam))} → {_pct(stages['rl'].get(fam))}, "
+                         f"{_diff(rows.get(fam))}.")
+        others = [f for f in families(summary) if f not in (fam, "macro")]
+        lines.append("- RL on the other families: " + ", ".join(f"`{f}` {_diff(rows.get(f))}" for f in others) + ".")
+    elif summary.get("rl_skipped"):
+        lines.append(f"- **RL** did not run: {summary['rl_skipped']}")
+    return [*lines, ""]
 
 
 def write_report(summary: dict[str, Any], out_dir: str | Path, notes: Sequence[str] = ()) -> tuple[Path, Path]:
@@ -180,8 +223,9 @@ def write_report(summary: dict[str, Any], out_dir: str | Path, notes: Sequence[s
     lines = ["# Quickstart: the recipe in miniature", "",
              f"Held-out questions per family: {qs}. Accuracy is avg@k over each stage's samples, with a 95% "
              "percentile-bootstrap CI over questions; *macro* is the unweighted mean over families (stratified "
-             "bootstrap).", "", table(summary), "", cost_table(summary), "", comparison_table(summary),
-             f"![accuracy, tool calls and tokens per stage]({png.name})", ""]
+             "bootstrap).", "", *stage_story(summary), table(summary), "", cost_table(summary), "",
+             comparison_table(summary),
+             f"![accuracy, tool calls and tokens per stage; the DAPO reward per step]({png.name})", ""]
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     report = out / "report.md"

@@ -58,6 +58,35 @@ def test_stage_summary_values_and_report(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
+def test_report_says_what_each_stage_added_and_plots_the_dapo_reward(tmp_path):
+    """report.md names the family RL was meant to fix, why, and RL - SFT there and on the others; summary.png gets a
+    fourth panel, the DAPO reward per step, next to the bars; summary.json keeps its keys and adds the curve."""
+    import struct
+
+    runs = {"untrained": _run(tmp_path / "u", {"arith": 0, "lookup": 0}),
+            "sft": _run(tmp_path / "s", {"arith": 10, "lookup": 5}),
+            "rl": _run(tmp_path / "r", {"arith": 10, "lookup": 10})}
+    s = stage_summary(runs, compare=[("sft", "untrained"), ("rl", "sft")])
+    without = tmp_path / "without"
+    write_report(dict(s), without)
+    s["rl_target"] = {"family": "lookup", "why": "the teacher answers from the snippet"}
+    s["rl_reward"] = [[1, 0.25], [2, 0.5], [3, 0.75]]
+    summary_path, report = write_report(s, tmp_path / "out")
+    text = report.read_text()
+    assert "## What each stage added" in text
+    assert "**RL was meant to fix `lookup`**: the teacher answers from the snippet." in text
+    assert "**RL** (DAPO) on `lookup`: 50% → 100%, +50 pt [" in text and "(resolved)" in text
+    assert "`arith` +0 pt" in text
+    saved = json.loads(summary_path.read_text())
+    assert {"stages", "ci", "comparisons", "tool_calls", "tokens_per_solved"} <= set(saved)
+    assert saved["rl_reward"] == [[1, 0.25], [2, 0.5], [3, 0.75]]
+
+    def width(png):
+        return struct.unpack(">I", png.read_bytes()[16:20])[0]
+
+    assert width(tmp_path / "out" / "summary.png") > 1.25 * width(without / "summary.png")
+
+
 def test_verl_tools_yaml_takes_the_demo_servers_settings():
     afm_tools = {"tools": [{"name": "web_search", "config": {"url": "http://127.0.0.1:5/search", "num_results": 3}},
                            {"name": "code", "config": {"timeout": 10, "mode": "pool"}}]}
