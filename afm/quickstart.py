@@ -9,7 +9,8 @@
 5. masked SFT (``afm-sft train``, a real LLaMA-Factory run), evaluated;
 6. RL selection: the SFT policy samples the RL split, ``afm data select`` keeps what it does not always solve;
 7. DAPO through verl's real trainer on the local CPU backend (``experiments/train_dapo_code_agent.sh --local``),
-   evaluated;
+   evaluated; it is meant to fix ``lookup``, where the SFT policy copied its teacher's shortcut
+   (:mod:`afm.demo.world`, ``RL_TARGET``);
 8. ``summary.json``, ``report.md`` and ``summary.png``: accuracy per stage and family with CIs, tool calls per task,
    tokens per solved task, paired differences.
 """
@@ -168,8 +169,11 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
 
         dapo, rl_skipped = None, ""
         if rl:
-            print("[6/8] RL selection: the SFT policy samples each RL question "
-                  f"{profile.rl_samples} times; afm data select drops the ones it always solves", flush=True)
+            from afm.demo.world import RL_TARGET, RL_TARGET_WHY
+
+            print(f"[6/8] RL selection: the SFT policy samples each RL question {profile.rl_samples} times; afm data "
+                  f"select drops the ones it always solves. RL is meant to fix {RL_TARGET}: {RL_TARGET_WHY}",
+                  flush=True)
             t = time.monotonic()
             sel = select_rl_data(sft, root, servers, work / "rl_data", n=profile.rl_samples, seed=seed)
             seconds["rl_select"] = time.monotonic() - t
@@ -206,8 +210,12 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
     summary["profile"] = asdict(profile)
     summary["sft_loss"] = curve
     notes = [f"{k}: {v:.0f} s" for k, v in seconds.items()]
+    if rl:
+        summary["rl_target"] = {"family": RL_TARGET, "why": RL_TARGET_WHY}
+    summary["models"] = {"untrained": str(model), "sft": str(sft)}
     if dapo is not None:
         summary["rl_reward"] = dapo.curve("critic/score/mean")
+        summary["models"]["rl"] = str(dapo.model)
     if rl_skipped:
         summary["rl_skipped"] = rl_skipped
         notes.append(f"RL skipped: {rl_skipped}")
