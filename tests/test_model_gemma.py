@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,3 +160,119 @@ def test_mask_report_on_gemma_checked_token_by_token(gemma, gemma_tok, demo_data
     report = res.reports["train"]
     assert checked == len(rows) == report.samples_kept >= 20
     assert report.tokens_masked > 0 and report.drops == {"unclosed_observation": 2}
+
+
+def _tiny_gemma3_gguf(path: Path) -> dict[str, Any]:
+    """A 2-layer gemma3 GGUF written with llama.cpp's gguf package: float32 norms (stored as 1 + w, as llama.cpp
+    does) and Q8_0 matrices; returns its dequantised tensors."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFWriter
+    from gguf.quants import dequantize, quantize
+
+    w = GGUFWriter(str(path), "gemma3")
+    for key, val in {"context_length": 256, "embedding_length": 64, "block_count": 2, "feed_forward_length": 128,
+                     "attention.head_count": 2, "attention.head_count_kv": 1, "attention.key_length": 32,
+                     "attention.value_length": 32, "attention.sliding_window": 16}.items():
+        w.add_uint32(f"gemma3.{key}", val)
+    w.add_float32("gemma3.rope.freq_base", 1e6)
+    w.add_float32("gemma3.attention.layer_norm_rms_epsilon", 1e-6)
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>", "\n"]
+    types = [3, 3, 3, 2, 3, 3, 3, 4]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [6] * 256
+    pieces = ["▁", "a", "b", "c", "ab", "▁a", "▁ab", "abc"]
+    tokens += pieces
+    types += [1] * len(pieces)
+    tokens += [f"<unused{i}>" for i in range(320 - len(tokens))]  # a vocabulary of 320 (a multiple of 32)
+    types += [5] * (320 - len(types))
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.scores", [0.0] * 264 + [-float(i) for i in range(len(pieces))] + [0.0] * (320 - 264 - len(pieces)))
+    w.add_array("tokenizer.ggml.token_type", types)
+    for key, val in {"bos_token_id": 2, "eos_token_id": 1, "unknown_token_id": 3, "padding_token_id": 0}.items():
+        w.add_uint32(f"tokenizer.ggml.{key}", val)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_bool("tokenizer.ggml.add_space_prefix", False)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd": (320, 64), "output_norm": (64,)}
+    for b in range(2):
+        shapes.update({f"blk.{b}.{n}": s for n, s in {
+            "attn_norm": (64,), "attn_q": (64, 64), "attn_k": (32, 64), "attn_v": (32, 64), "attn_output": (64, 64),
+            "attn_q_norm": (32,), "attn_k_norm": (32,), "post_attention_norm": (64,), "ffn_norm": (64,),
+            "ffn_gate": (128, 64), "ffn_up": (128, 64), "ffn_down": (64, 128), "post_ffw_norm": (64,)}.items()})
+    stored = {}
+    for name, shape in shapes.items():
+        arr = rng.normal(0, 0.05, shape).astype(np.float32)
+        if len(shape) == 1:
+            arr = arr + np.float32(1.0)
+            w.add_tensor(f"{name}.weight", arr)
+            stored[f"{name}.weight"] = arr
+        else:
+            q = quantize(arr, GGMLQuantizationType.Q8_0)
+            w.add_tensor(f"{name}.weight", q, raw_dtype=GGMLQuantizationType.Q8_0)
+            stored[f"{name}.weight"] = dequantize(q, GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return stored
+
+
+def test_convert_and_export_round_trip_on_a_tiny_gemma3(tmp_path):
+    """GGUF -> HF (norms back to w, names Gemma3ForCausalLM's) -> GGUF gives the same tensors and metadata."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from afm.model.convert import convert_gguf
+    from afm.model.export import export_gguf
+    from afm.model.gguf_file import GGUFFile
+
+    base = tmp_path / "tiny.gguf"
+    stored = _tiny_gemma3_gguf(base)
+    hf = convert_gguf(base, tmp_path / "hf")
+    model, info = AutoModelForCausalLM.from_pretrained(hf, output_loading_info=True)
+    assert type(model).__name__ == "Gemma3ForCausalLM" and not any(info.values())
+    sd = model.state_dict()
+    assert np.array_equal(sd["model.layers.1.post_feedforward_layernorm.weight"].numpy(),
+                          stored["blk.1.post_ffw_norm.weight"] - 1)
+    assert np.array_equal(sd["model.layers.0.self_attn.k_proj.weight"].numpy(), stored["blk.0.attn_k.weight"])
+    assert torch.equal(sd["lm_head.weight"], sd["model.embed_tokens.weight"])  # tied
+    assert model.config.layer_types == ["sliding_attention"] * 2 and model.config.sliding_window == 16
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.tensor([[2, 5, 270, 271]])).logits).all()
+    tok = AutoTokenizer.from_pretrained(hf)
+    assert tok.convert_ids_to_tokens(tok.encode("ab abc c", add_special_tokens=False)) == ["ab", "▁ab", "c", "▁", "c"]
+
+    for outtype, tol in (("f32", 0.0), ("q8_0", 2e-3)):
+        out = export_gguf(hf, base, tmp_path / f"out-{outtype}.gguf", outtype)
+        back = GGUFFile(out)
+        got = dict(back.tensors())
+        assert list(got) == list(stored)
+        for name, arr in stored.items():
+            assert np.abs(got[name] - arr).max() <= tol, (outtype, name)
+        assert back.vocab() == GGUFFile(base).vocab()
+        assert back.arch("attention.sliding_window") == 16 and back.get("general.file_type") in (0, 7)
+    assert not (tmp_path / "out-f32.gguf.partial").exists()
+
+
+def test_export_refuses_what_llama_cpp_could_not_serve(tmp_path):
+    from afm.model.convert import convert_gguf
+    from afm.model.export import export_gguf
+
+    base = tmp_path / "tiny.gguf"
+    _tiny_gemma3_gguf(base)
+    hf = convert_gguf(base, tmp_path / "hf")
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 3}))
+    with pytest.raises(ValueError, match="num_hidden_layers=3 vs block_count=2"):
+        export_gguf(hf, base, tmp_path / "x.gguf")
+    lora = tmp_path / "lora"
+    lora.mkdir()
+    (lora / "config.json").write_text(json.dumps(cfg))
+    (lora / "adapter_model.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="LoRA adapter must be merged first"):
+        export_gguf(lora, base, tmp_path / "y.gguf")
+    with pytest.raises(ValueError, match="outtype 'q4'"):
+        export_gguf(hf, base, tmp_path / "z.gguf", "q4")
+    assert not list(tmp_path.glob("[xyz].gguf*"))
