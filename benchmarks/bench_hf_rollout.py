@@ -79,7 +79,6 @@ def check_exact(model_dir: Path, device: str) -> bool:
                 logits = eng.model(input_ids=torch.tensor([ids], device=device)).logits[0, -1]
                 ids.append(int(logits.argmax()))
             ok &= ids[len(p):] == res.ids
-    del eng
     return ok
 
 

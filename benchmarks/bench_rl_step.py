@@ -23,6 +23,7 @@ tool, DAPO's group filter on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -53,10 +54,8 @@ def _steps(log: Path) -> list[dict[str, float]]:
         for kv in m.group(2).split(" - "):
             key, _, value = kv.partition(":")
             value = re.sub(r"^np\.\w+\((.*)\)$", r"\1", value.strip())
-            try:
+            with contextlib.suppress(ValueError):  # a non-numeric field is not a timing
                 row[key.strip()] = float(value)
-            except ValueError:
-                pass
         out.append(row)
     return out
 

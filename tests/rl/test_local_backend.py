@@ -61,7 +61,7 @@ def test_stop_string_is_kept_and_ends_the_row(engine):
     target = engine.tokenizer.encode("<code>\nprint(6*7)\n</code>\nafter", add_special_tokens=False)
 
     class Scripted(torch.nn.Module):
-        def forward(self, input_ids, attention_mask, position_ids, past_key_values, use_cache):
+        def forward(self, input_ids, attention_mask, position_ids, past_key_values, use_cache, logits_to_keep=0):
             step = 0 if past_key_values is None else past_key_values + 1
             logits = torch.full((input_ids.shape[0], 1, len(engine.tokenizer)), -1e9)
             logits[:, -1, target[min(step, len(target) - 1)]] = 0.0
@@ -101,6 +101,32 @@ def test_sampling_follows_temperature_and_top_k(engine):
     assert {tuple(r.ids) for r in top1} == {tuple(greedy)}
     hot = asyncio.run(go({"max_tokens": 1, "temperature": 5.0}))
     assert len({tuple(r.ids) for r in hot}) > 1
+
+
+def test_prefill_projects_only_the_last_position(engine):
+    """The LM head runs on one position per row, at prefill too: a [B, prompt, vocab] logits tensor is 5 GB for
+    64 prompts of 256 tokens with a 152k vocabulary (bench_hf_rollout's Qwen2.5 shape)."""
+    widths: list[int] = []
+    hook = engine.model.get_output_embeddings().register_forward_hook(lambda m, i, o: widths.append(o.shape[1]))
+    try:
+        req = engine.make_request(_prompt(engine, "Question: what is 6*7? Think step by step."),
+                                  {"max_tokens": 3, "temperature": 0, "ignore_eos": True})
+        engine.run_batch([req])
+    finally:
+        hook.remove()
+    assert len(widths) == 3 and set(widths) == {1}
+
+
+def test_sampled_logprobs_are_the_tempered_distribution(engine):
+    prompt = _prompt(engine, "Question:")
+    res = asyncio.run(engine.generate(prompt, {"max_tokens": 4, "temperature": 0.7, "logprobs": 1,
+                                               "ignore_eos": True}))
+    ids = list(prompt)
+    with torch.no_grad():
+        for tok, lp in zip(res.ids, res.logprobs, strict=True):
+            logits = engine.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+            assert lp == pytest.approx(float(torch.log_softmax(logits / 0.7, -1)[tok]), abs=1e-4)
+            ids.append(tok)
 
 
 def test_load_weights_moves_the_served_model(engine, tiny_model):

@@ -211,22 +211,25 @@ class HFEngine:
         temps = torch.tensor([r.temperature for r in reqs], device=logits.device)
         greedy = temps <= 0
         scaled = logits / torch.where(greedy, torch.ones_like(temps), temps).unsqueeze(-1)
-        logprobs_all = torch.log_softmax(scaled, dim=-1)
-        filtered = scaled.clone()
-        vocab = filtered.shape[-1]
-        for i, r in enumerate(reqs):
-            if 0 < r.top_k < vocab:
-                kth = torch.topk(filtered[i], r.top_k).values[-1]
-                filtered[i][filtered[i] < kth] = float("-inf")
-            if r.top_p < 1.0:
-                sorted_logits, order = torch.sort(filtered[i], descending=True)
-                cum = torch.softmax(sorted_logits, -1).cumsum(-1)
-                drop = cum - torch.softmax(sorted_logits, -1) >= r.top_p
-                filtered[i][order[drop]] = float("-inf")
+        vocab = scaled.shape[-1]
+        filtered = scaled
+        if any(0 < r.top_k < vocab or r.top_p < 1.0 for r in reqs):
+            filtered = scaled.clone()
+            for i, r in enumerate(reqs):
+                if 0 < r.top_k < vocab:
+                    kth = torch.topk(filtered[i], r.top_k).values[-1]
+                    filtered[i][filtered[i] < kth] = float("-inf")
+                if r.top_p < 1.0:
+                    sorted_logits, order = torch.sort(filtered[i], descending=True)
+                    cum = torch.softmax(sorted_logits, -1).cumsum(-1)
+                    drop = cum - torch.softmax(sorted_logits, -1) >= r.top_p
+                    filtered[i][order[drop]] = float("-inf")
         probs = torch.softmax(filtered, dim=-1)
         sampled = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
         ids = torch.where(greedy, logits.argmax(-1), sampled)
-        return ids, logprobs_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        # The log-prob of the chosen id under the temperature-scaled distribution, without a [B, V] log_softmax.
+        chosen = scaled.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        return ids, chosen - torch.logsumexp(scaled, dim=-1)
 
     def _hit_stop(self, ids: list[int], stops: tuple[str, ...], tail_tokens: int) -> bool:
         text = self.tokenizer.decode(ids[-tail_tokens:], skip_special_tokens=False)
@@ -267,7 +270,7 @@ class HFEngine:
         max_steps = max(r.max_tokens for r in reqs)
         for _ in range(max_steps):
             res = self.model(input_ids=step_ids, attention_mask=step_mask, position_ids=step_pos,
-                             past_key_values=past, use_cache=True)
+                             past_key_values=past, use_cache=True, logits_to_keep=1)
             past = res.past_key_values
             next_ids, next_lps = self._sample(res.logits[:, -1, :], reqs)
             ids_list, lps_list = next_ids.tolist(), next_lps.tolist()
