@@ -59,6 +59,11 @@
 #   NPROC_PER_NODE          (GPUs seen)   processes per node: the GPUs in CUDA_VISIBLE_DEVICES, else nvidia-smi -L
 #   JOIN_TIMEOUT            600           (NNODES > 1) seconds a node waits for the others to join (torchrun's
 #                                         rendezvous); then it stops with one line saying which side is missing
+#   HANG_TIMEOUT            1800          (several processes) seconds a rank may stay at one point of a step (its
+#                                         batch, forward, backward, logging); then every rank stops and each node
+#                                         prints one line naming the rank that held the others up, what it was
+#                                         doing and what to check. Saving and evaluating are not judged; 0 = off
+#                                         (the others then wait DDP_TIMEOUT)
 #   EXTRA_ARGS              (empty)       more LLaMA-Factory flags, split on whitespace and appended; arguments
 #                                         given to the script are appended after them (the last value of a flag wins)
 #   AFM_SFT                 afm-sft       the launcher command (falls back to <repo>/.venv/bin/afm-sft, or
@@ -90,7 +95,7 @@ AFM_SFT_KNOBS=(MODEL_PATH OUTPUT_DIR DATASET DATASET_DIR TEMPLATE LEARNING_RATE 
   LR_SCHEDULER WARMUP_RATIO WARMUP_STEPS FINETUNING_TYPE STAGE PRECISION CUTOFF_LEN PACKING IGNORE_OBSERVATION
   IGNORE_OBSERVATION_TOKEN IGNORE_OBSERVATION_CHECK PREF_BETA PREF_LOSS DEEPSPEED_CONFIG ATTN_IMPL SAVE_STRATEGY SAVE_ONLY_MODEL LOGGING_STEPS
   PREPROCESSING_NUM_WORKERS DDP_TIMEOUT REPORT_TO CUDA_VISIBLE_DEVICES NNODES NODE_RANK RANK MASTER_ADDR MASTER_PORT
-  NPROC_PER_NODE JOIN_TIMEOUT EXTRA_ARGS AFM_SFT AFM_VENV DRY_RUN MASK_REPORT SWANLAB_PROJECT SWANLAB_WORKSPACE SWANLAB_RUN_NAME
+  NPROC_PER_NODE JOIN_TIMEOUT HANG_TIMEOUT EXTRA_ARGS AFM_SFT AFM_VENV DRY_RUN MASK_REPORT SWANLAB_PROJECT SWANLAB_WORKSPACE SWANLAB_RUN_NAME
   SWANLAB_MODE SWANLAB_API_KEY SWANLAB_LOG_DIR)
 AFM_SFT_ALIASES=(DATASET=DATA_DATA TEMPLATE=TEMPALTE LEARNING_RATE=LEARNING_RATES WARMUP_RATIO=WARMUP_RATIOS
   GRADIENT_ACCUMULATION=GRADIENT_ACCUMULATIONS BATCH_SIZE=BATCH_SIZES OUTPUT_DIR=OUTPUT_DIR_BASE

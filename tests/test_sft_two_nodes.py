@@ -8,12 +8,14 @@ What each rank trained on and ended with comes from afm's per-rank trace (AFM_SF
 * the mask report (written once, by rank 0) counts every sample once: its trained tokens are what both ranks
   trained;
 * RANK instead of NODE_RANK forms the same world and trains the same model;
-* a node that never joins, and a rank killed mid-step, stop every node within a bounded time with one clear line.
+* a node that never joins, a node with another afm, a rank killed mid-step, and a rank that hangs mid-step
+  (HANG_TIMEOUT, afm's watchdog) stop every node within a bounded time with one clear line.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -67,14 +69,17 @@ def _start(env: dict, log: Path) -> subprocess.Popen:
 
 
 def _finish(procs: list[subprocess.Popen], timeout: float) -> list[int]:
-    """Exit statuses; anything still running at the deadline is killed (a hang fails the test, never blocks it)."""
+    """Exit statuses; anything still running at the deadline is killed, with its descendants (torchrun starts its
+    workers in sessions of their own): a hang fails the test, never blocks it or outlives it."""
     deadline = time.monotonic() + timeout
     try:
         return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+                for pid in [p.pid, *_descendants(p.pid)]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 p.wait(timeout=30)
 
 
@@ -197,9 +202,65 @@ def test_a_rank_killed_mid_step_stops_both_nodes_with_one_line(tiny_model, demo_
     assert len(errors[0]) == 1 and "node 0: a rank on another node died" in errors[0][0], texts[0][-3000:]
 
 
-def _rank_process(root: int, rank: str) -> int | None:
-    """The training process of global rank ``rank`` among the descendants of one node's script (torchrun starts
-    its workers in sessions of their own, so the tree is followed by parent id)."""
+# The hang: a test-only sitecustomize makes one rank's batch read never return (a stuck filesystem read), inside
+# transformers' own Trainer.get_batch_samples - nothing of afm is replaced.
+HANG_SITE = """
+import os
+
+
+def _hang():
+    try:
+        argv = open("/proc/self/cmdline", "rb").read().split(b"\\0")
+    except OSError:
+        return
+    if not any(a.endswith(b"afm/sft/launcher.py") for a in argv) or os.environ.get("RANK") != "1":
+        return
+    import time
+
+    from transformers import Trainer
+
+    read = Trainer.get_batch_samples
+
+    def get_batch_samples(self, *args, **kwargs):
+        if self.state.global_step == 1:
+            time.sleep(3600)
+        return read(self, *args, **kwargs)
+
+    Trainer.get_batch_samples = get_batch_samples
+
+
+_hang()
+"""
+
+
+def test_a_rank_that_hangs_mid_step_stops_both_nodes_with_one_line(tiny_model, demo_data, tmp_path):
+    """Rank 1 (node 1) never gets its step-2 batch: after HANG_TIMEOUT both nodes stop, each with one line naming
+    rank 1, what it was doing and what to check - not after DDP_TIMEOUT (years)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HANG_SITE)
+    out, port, hang = tmp_path / "hung", _port(), 20
+    logs = [tmp_path / f"hung{r}.log" for r in (0, 1)]
+    extra = {"EXTRA_ARGS": "--max_steps 1000 --ddp_backend gloo --seed 0 --overwrite_output_dir true",
+             "HANG_TIMEOUT": str(hang), "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    procs = [_start(_env(tiny_model, demo_data, out, port, {"NODE_RANK": str(r)}, **extra), logs[r]) for r in (0, 1)]
+    codes = _finish(procs, timeout=600)  # the start (both nodes load and preprocess) + HANG_TIMEOUT, with headroom
+    texts = [log.read_text(errors="replace") for log in logs]
+    assert codes[0] != 0 and codes[1] != 0, codes
+    errors = [[line for line in t.splitlines() if line.startswith("[afm] error:")] for t in texts]
+    for node in (0, 1):
+        assert len(errors[node]) == 1, texts[node][-3000:]
+        line = errors[node][0]
+        assert f"[afm] error: node {node}: rank 1 (node 1, " in line, line
+        assert "made no progress for" in line and "in loading its batch of step 2 while 1 other rank(s) wait" in line
+        assert f"(HANG_TIMEOUT={hang} s): check its data loading" in line
+    # rank 1 trained step 1 and never reached step 2's loss
+    steps = [e["step"] for e in _trace(out, 1) if e["event"] == "batch"]
+    assert steps == [0], steps
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root``, followed by parent id (torchrun's workers are in sessions of their own)."""
     children: dict[int, list[int]] = collections.defaultdict(list)
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -208,10 +269,51 @@ def _rank_process(root: int, rank: str) -> int | None:
             except (OSError, IndexError, ValueError):
                 continue
             children[ppid].append(int(entry.name))
-    todo = list(children[root])
+    found, todo = [], list(children[root])
     while todo:
         pid = todo.pop()
+        found.append(pid)
         todo += children[pid]
+    return found
+
+
+# Another checkout on node 1: a test-only sitecustomize gives that node's training process another afm version.
+OTHER_AFM_SITE = """
+import os
+
+if os.environ.get("RANK") == "1":
+    import afm
+
+    afm.__version__ = "0.0.0-other"
+"""
+
+
+def test_a_node_with_another_afm_stops_both_nodes_with_one_line(tiny_model, demo_data, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(OTHER_AFM_SITE)
+    out, port = tmp_path / "other", _port()
+    logs = [tmp_path / f"other{r}.log" for r in (0, 1)]
+    node1 = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    procs = [_start(_env(tiny_model, demo_data, out, port, {"NODE_RANK": str(r)}, **(node1 if r else {})), logs[r])
+             for r in (0, 1)]
+    codes = _finish(procs, timeout=300)
+    texts = [log.read_text(errors="replace") for log in logs]
+    assert codes[0] != 0 and codes[1] != 0, codes
+    import afm
+
+    for node in (0, 1):
+        errors = [line for line in texts[node].splitlines() if line.startswith("[afm] error:")]
+        assert len(errors) == 1, texts[node][-3000:]
+        assert f"[afm] error: node {node}: rank 1 (node 1, " in errors[0]
+        assert f"runs afm 0.0.0-other, rank 0 (node 0, {socket.gethostname()}) afm {afm.__version__}: install the " \
+               "same afm" in errors[0]
+    assert not (out / "trace").exists()  # stopped before training
+
+
+def _rank_process(root: int, rank: str) -> int | None:
+    """The training process of global rank ``rank`` among the descendants of one node's script."""
+    for pid in _descendants(root):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

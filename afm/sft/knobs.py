@@ -33,7 +33,13 @@ from afm.launch_knobs import (
     shell_status,
     split_list,
 )
-from afm.sft.multinode import DEFAULT_JOIN_TIMEOUT, failure_line, rendezvous_env
+from afm.sft.multinode import (
+    DEFAULT_HANG_TIMEOUT,
+    DEFAULT_JOIN_TIMEOUT,
+    failure_line,
+    hang_env,
+    rendezvous_env,
+)
 
 STAGES = ("sft", "dpo")
 FINETUNING_TYPES = ("full", "freeze", "lora")
@@ -154,6 +160,7 @@ class SftSettings:
     master_port: str = "29500"
     nproc_per_node: str = ""  # "" = the GPUs seen
     join_timeout: str = DEFAULT_JOIN_TIMEOUT  # seconds a node waits for the others (torchrun's rendezvous)
+    hang_timeout: str = DEFAULT_HANG_TIMEOUT  # seconds a rank may stay at one point of a step (afm/sft/watchdog.py)
     extra_args: list[str] = field(default_factory=list)
     dry_run: bool = False
     mask_report: str = "0"
@@ -205,7 +212,7 @@ class SftSettings:
             # The original read the node's rank from RANK (set by its scheduler); NODE_RANK wins when both are set.
             node_rank=knob("NODE_RANK", knob("RANK", "0")), master_addr=knob("MASTER_ADDR", "127.0.0.1"),
             master_port=knob("MASTER_PORT", "29500"), nproc_per_node=knob("NPROC_PER_NODE", ""),
-            join_timeout=knob("JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT),
+            join_timeout=knob("JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT), hang_timeout=knob("HANG_TIMEOUT", DEFAULT_HANG_TIMEOUT),
             extra_args=(env.get("EXTRA_ARGS") or "").split(), dry_run=dry_run, mask_report=knob("MASK_REPORT", "0"),
             stage_knob=knob("STAGE", ""), env=env,
         )
@@ -259,6 +266,8 @@ class SftSettings:
              f"MASTER_PORT must be a port number (got '{self.master_port}')")
         need(is_posint(self.join_timeout),
              f"JOIN_TIMEOUT must be a positive number of seconds (got '{self.join_timeout}')")
+        need(is_uint(self.hang_timeout),
+             f"HANG_TIMEOUT must be a whole number of seconds, 0 = off (got '{self.hang_timeout}')")
         need(bool(self.model_path), "MODEL_PATH is empty")
         if self.deepspeed and not os.path.isfile(os.path.join(self.cwd, self.deepspeed)):
             raise KnobError(f"DEEPSPEED_CONFIG file not found: {self.deepspeed} (set DEEPSPEED_CONFIG= to train "
@@ -420,6 +429,7 @@ def plan(settings: SftSettings, launcher: Sequence[str], tail: Sequence[str], py
                          strict=True))
         if nnodes > 1:
             added.update(rendezvous_env(s.join_timeout))
+        added.update(hang_env(s.hang_timeout))
         env_lines += [f"{k}={v}" for k, v in added.items()]
     command = [*launcher, "train", *flags, *train_only, *tail]
     lines = [f"[afm] {s.script}: stage={s.stage} nodes={nnodes} node_rank={s.node_rank} processes/node={nproc} "

@@ -14,9 +14,15 @@ if __name__ == "__main__":
     from afm.sft.overlay import apply
 
     apply()
+    from afm.sft.versions import check
+
+    check()  # several processes: every rank runs the same afm, LLaMA-Factory, transformers and torch, or one line
     from afm.sft.trace import install
 
     install()  # AFM_SFT_TRACE_DIR: what each rank trained on and ended with (multi-node checks)
+    from afm.sft.watchdog import install as watch
+
+    watch()  # AFM_SFT_HANG_TIMEOUT: a rank that stops making progress stops the job with one line
     from llamafactory.train.tuner import run_exp
 
     run_exp()

@@ -2,8 +2,8 @@
 
 torchrun's static rendezvous (what LLaMA-Factory starts: ``--nnodes/--node_rank/--master_addr``) waits 600 s for
 the other nodes by default and then prints a stack of tracebacks; a rank that dies mid-step makes gloo raise on
-every other node and each torchrun prints its own. :func:`failure_line` reads the node's log and says which case it
-was, in one line.
+every other node and each torchrun prints its own; a rank that hangs is named by the watchdog (afm/sft/watchdog.py)
+after HANG_TIMEOUT. :func:`failure_line` reads the node's log and says which case it was, in one line.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ import re
 import signal
 
 DEFAULT_JOIN_TIMEOUT = "600"  # torch.distributed.elastic's static rendezvous default
+# A rank at one point of a step this long stops the job; above any real step (a 32k-token step of a 32B model takes
+# minutes), far below DDP_TIMEOUT (years: rank 0 preprocesses while the others wait). Saving is not judged.
+DEFAULT_HANG_TIMEOUT = "1800"
 
 
 def rendezvous_env(join_timeout: str) -> dict[str, str]:
@@ -21,6 +24,14 @@ def rendezvous_env(join_timeout: str) -> dict[str, str]:
     return {"PET_RDZV_CONF": f"timeout={join_timeout},join_timeout={join_timeout}"}
 
 
+def hang_env(hang_timeout: str) -> dict[str, str]:
+    """What every rank reads to run the watchdog (afm/sft/watchdog.py); nothing for 0 (off)."""
+    from afm.sft.watchdog import HANG_ENV
+
+    return {HANG_ENV: hang_timeout} if hang_timeout.strip("0") else {}
+
+
+_RANK_LINE = re.compile(r"\[afm\] (?:hang|stop): (.+)")  # afm/sft/watchdog.py, afm/sft/versions.py
 _WAITING = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
 _CONNECT = re.compile(r"client socket has timed out after (\d+)ms while trying to connect to \(([^,]+), (\d+)\)")
 _ROOT = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+) \(local_rank: \d+\)\s*"
@@ -37,7 +48,10 @@ def _signal_name(code: int) -> str:
 
 def failure_line(log: str, *, node_rank: str, nnodes: str, master: str, join_timeout: str) -> str:
     """Why this node's torchrun failed, from its output ``log``: a node missing from the rendezvous, a rank killed
-    here, or a rank elsewhere that died (gloo lost its peer); else the node and where to look."""
+    here, a rank that hung or another afm on some node (the line a rank printed), or a rank elsewhere that died
+    (gloo lost its peer); else the node and where to look."""
+    if m := _RANK_LINE.search(log):  # first: the other ranks' exits that follow it read as deaths
+        return f"node {node_rank}: {m.group(1)}"
     if m := _WAITING.search(log):
         return (f"node {node_rank}: only {m.group(2)} of {m.group(3)} nodes joined the rendezvous at {master} within "
                 f"JOIN_TIMEOUT={join_timeout} s: start the script on every node, NODE_RANK 0.."
