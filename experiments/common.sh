@@ -66,7 +66,8 @@
 #   AGENT_LOOP              afm_agent   rollout.agent.default_agent_loop (rows' agent_name column wins)
 #   AGENT_LOOP_CONFIG       configs/verl/agent_loops.yaml   where afm_agent is declared
 #   TOOL_CONFIG             configs/verl/tools/<task>.yaml  verl tool yaml of the task
-#   AGENT_NUM_WORKERS       8           agent-loop worker actors
+#   AGENT_NUM_WORKERS       8           agent-loop worker actors (verl places them round-robin over the nodes; each
+#                                       calls the tool servers at its node's SERVER_HOST)
 #   VAL_N                   1           validation samples per prompt
 #   VAL_TEMPERATURE         0           validation temperature (greedy, as the original: verl's val_kwargs)
 #   VAL_TOP_P               1.0         validation top_p

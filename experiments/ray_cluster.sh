@@ -22,8 +22,10 @@
 #   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 NUM_CPUS=8 RAY_TEMP_DIR=/tmp/ray-node1 AGENT_PORT=52366 \
 #     bash experiments/ray_cluster.sh worker
 #   RAY_ADDRESS=127.0.0.1:6379 NNODES=2 GPUS_PER_NODE=1 bash experiments/train_dapo_code_agent.sh --local
+#   RAY_TEMP_DIR=/tmp/ray-node1 bash experiments/ray_cluster.sh stop; RAY_TEMP_DIR=/tmp/ray bash ... stop
 # Each node on one machine needs its own RAY_TEMP_DIR (sockets and logs) and AGENT_PORT; every other port is picked
-# free. `stop` stops every Ray node of this machine (both of them here).
+# free. `stop` with RAY_TEMP_DIR stops only the node started with that folder (its processes and their children);
+# without it, `ray stop`: every Ray node of this machine, another user's or job's included.
 #
 # Each node is labelled with its afm and verl versions (Ray node labels afm_version, verl_version); with NNODES > 1
 # the training script waits up to JOIN_TIMEOUT seconds (300) for NNODES nodes and stops with one line naming a
@@ -78,6 +80,39 @@ node_args() {
   return 0
 }
 
+# stop_node DIR: end the Ray node whose folder is DIR and nothing else (`ray stop` ends every Ray node of the
+# machine): the processes that name DIR on their command line (raylet, GCS, dashboard, log monitor) and all their
+# descendants (workers rename themselves ray::...); TERM, then KILL what is left after 10 s.
+stop_node() {
+  local dir=${1%/} pattern pid child pids=() todo=()
+  # DIR as a whole path: /tmp/ray must not match /tmp/ray-node1
+  pattern="$(printf '%s' "$dir" | sed 's/[]^$.*()+?{}|\\[]/\\&/g')(/|[[:space:]]|$)"
+  while read -r pid; do
+    [[ $pid != "$$" ]] && todo+=("$pid")
+  done < <(pgrep -f -- "$pattern" || true)
+  while ((${#todo[@]})); do
+    pid=${todo[0]}
+    todo=("${todo[@]:1}")
+    pids+=("$pid")
+    while read -r child; do todo+=("$child"); done < <(pgrep -P "$pid" || true)
+  done
+  if ((${#pids[@]} == 0)); then
+    echo "[afm] no Ray node runs with RAY_TEMP_DIR=$dir"
+    return 0
+  fi
+  echo "[afm] stopping the Ray node of $dir (${#pids[@]} processes)"
+  kill -TERM "${pids[@]}" 2> /dev/null || true
+  local left
+  for _ in $(seq 20); do
+    left=()
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2> /dev/null && left+=("$pid"); done
+    ((${#left[@]})) || return 0
+    sleep 0.5
+  done
+  kill -KILL "${left[@]}" 2> /dev/null || true
+  return 0
+}
+
 if [[ -f $AFM_ROOT/environment.sh ]]; then
   # shellcheck source=../environment.sh
   source "$AFM_ROOT/environment.sh"
@@ -110,7 +145,13 @@ case "$action" in
     "$ray_bin" start --address="$HEAD_ADDR:$port" "${NODE_ARGS[@]}"
     ;;
   status) "$ray_bin" status ;;
-  stop) "$ray_bin" stop ;;
+  stop)
+    if [[ -n ${RAY_TEMP_DIR:-} ]]; then
+      stop_node "$RAY_TEMP_DIR"
+    else
+      "$ray_bin" stop
+    fi
+    ;;
   *)
     echo "usage: bash experiments/ray_cluster.sh head|worker|status|stop   (see the comments at the top)" >&2
     exit 2

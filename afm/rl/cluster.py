@@ -7,12 +7,16 @@
   each, all labelled (by ray_cluster.sh) with this environment's afm and verl versions, and otherwise exits 2 with
   one line saying which node is missing or different. verl itself would fail at once on a node still joining and
   would run a node with another afm without a word.
+* :func:`dead_actor_line`: when a trainer rank or a rollout server dies mid-step (killed, out of memory, crashed),
+  verl stops within seconds with a page of Ray tracebacks; this says in one line which one died, on which node, and
+  what verl was doing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -100,6 +104,43 @@ def wait_for_nodes(address: str, nnodes: int, gpus: int, timeout: float) -> str 
             time.sleep(1.0)
     finally:
         ray.shutdown()
+
+
+_DIED = re.compile(r"ActorDiedError: The actor died\b[^\n]*\n((?:[^\n]*\n){1,12})")
+_FIELD = re.compile(r"^\s*(class_name|pid|name|ip): (\S*)\s*$", re.M)
+_FRAME = re.compile(r'File "[^"]*?/(verl/[^"]+)", line \d+, in (\w+)')
+
+
+def dead_actor_line(log: str, gpus: int) -> str | None:
+    """One line for the Ray actor whose death stopped verl (the last ``ActorDiedError`` of its output ``log``): a
+    trainer rank (verl's ``WorkerDict_<node>:<local rank>``) or a rollout server, the Ray node it ran on, what
+    verl was doing; None when no actor died."""
+    found = list(_DIED.finditer(log))
+    if not found:
+        return None
+    last = found[-1]
+    block = last.group(1)
+    info = dict(_FIELD.findall(block))
+    cls, name, pid = info.get("class_name", "?").split(".")[-1], info.get("name", ""), info.get("pid", "?")
+    if m := re.search(r"WorkerDict_(\d+):(\d+)", name):
+        who = f"trainer rank {int(m.group(1)) * gpus + int(m.group(2))} (verl's {cls} {name})"
+    elif m := re.search(r"server_(\d+)_\d+", name):
+        who = f"the rollout server of replica {m.group(1)} ({cls})"
+    else:
+        who = f"Ray actor {cls}" + (f" ({name})" if name else "")
+    node = re.search(rf"Node ID: (\w+) Worker IP address: \S+ Worker port: \d+ Worker PID: {re.escape(pid)}\b", log)
+    where = f"Ray node {node.group(1)[:12]}" if node else "a Ray node"
+    if info.get("ip"):
+        where += f" ({info['ip']})"
+    frames = [f for f in _FRAME.findall(log[:last.start()]) if not f[0].startswith(("verl/utils/",
+                                                                                    "verl/single_controller/"))]
+    doing = f" while verl ran {frames[-1][1]} ({frames[-1][0]})" if frames else ""
+    if "because its node has died" in block or "node died" in block.lower():
+        why = "its node left the Ray cluster: check that machine and its raylet"
+    else:
+        why = (f"its process (pid {pid}) died: out of memory (dmesg on that node), killed (the scheduler?) or "
+               "crashed (that node's Ray logs, session_latest/logs/*" + pid + "*)")
+    return f"{who} on {where} died{doing}: {why}; the run stopped"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from afm.launch_knobs import KnobError, is_int, is_number, is_posint, parse_bool, run_logged, split_list
-from afm.rl.cluster import auth_env, runtime_env_overrides
+from afm.rl.cluster import auth_env, dead_actor_line, runtime_env_overrides
 
 ENGINES = ("vllm", "sglang", "hf")
 TRAINER_MODES = ("sync", "colocate_async", "separate_async")
@@ -597,8 +597,19 @@ def run(launch: RlLaunch, root: str) -> int:
     except (ImportError, ValueError, OSError):
         pass  # as `ulimit -n 65535 || true`: more open files help Ray, fewer are not fatal
     os.makedirs(launch.ckpt_dir, exist_ok=True)
-    return run_logged(launch.command, env=env, cwd=root, log_path=f"{launch.ckpt_dir}/train.log",
-                      summary=launch.summary)
+    log_path = f"{launch.ckpt_dir}/train.log"
+    start = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+    status = run_logged(launch.command, env=env, cwd=root, log_path=log_path, summary=launch.summary)
+    if status != 0:
+        # a trainer rank or rollout server that died is a page of Ray tracebacks: say which one, in one line
+        with open(log_path, "rb") as log:
+            log.seek(start)
+            line = dead_actor_line(log.read().decode(errors="replace"), launch.gpus)
+        if line:
+            print(f"[afm] error: {line} (log: {log_path})", file=sys.stderr, flush=True)
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"[afm] error: {line}\n")
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:

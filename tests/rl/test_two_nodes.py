@@ -7,9 +7,11 @@ Checked from the runs' outputs (afm's rollout traces, verl's checkpoints and con
 * the two trainer ranks and their rollout replicas run on the two different Ray nodes;
 * after every step both replicas hold the same weights, those of the step's checkpoint;
 * a second run resumes from the first run's checkpoint: it starts at step 2 from the step-1 weights, on both nodes;
-* the worker node's Ray workers see the settings `ray_cluster.sh worker` ran with (SERVER_HOST, for the tool servers);
+* the worker node's Ray workers see the settings `ray_cluster.sh worker` ran with (SERVER_HOST, for the tool servers),
+  and a rollout on the worker node calls a real tool server (afm's wiki server) at that node's SERVER_HOST;
 * a launch that finds the head alone, or a node with another afm version, stops with one line in bounded time;
-* ``ray_cluster.sh stop`` leaves no process of either node.
+* a trainer rank on the worker node killed mid-step stops the run within seconds with one line naming it and its node;
+* ``ray_cluster.sh stop`` (RAY_TEMP_DIR: that node only) leaves no process of any node.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -25,10 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
 from afm.rl.local.hf_engine import weights_checksum
+from afm.testing.procs import ServerProcess, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "experiments" / "ray_cluster.sh"
@@ -52,12 +57,15 @@ class Cluster:
         self.dirs = [Path(tempfile.mkdtemp(prefix="afm-ray")) for _ in range(3)]
         self.port = _port()
         self.address = f"127.0.0.1:{self.port}"
+        self.wiki_port = _port()  # each node's wiki server: SERVER_HOST:WIKI_RAG_PORT, as environment.sh builds it
 
     def env(self, node: int, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM", "VERL_ENGINE_DEVICE")}
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM", "VERL_ENGINE_DEVICE",
+                                                                "WIKI_RAG_SERVER_URL")}
         env.update(HEAD_ADDR="127.0.0.1", RAY_PORT=str(self.port), GPUS_PER_NODE="1", NUM_CPUS="8",
                    RAY_TEMP_DIR=str(self.dirs[node]), AGENT_PORT=str(_port()), DASHBOARD_PORT=str(_port()),
-                   PYTHON=sys.executable, SERVER_HOST=SERVER_HOSTS[min(node, 1)])
+                   PYTHON=sys.executable, SERVER_HOST=SERVER_HOSTS[min(node, 1)], WIKI_RAG_PORT=str(self.wiki_port),
+                   AFM_SERVER_TOKEN="")
         env.update(extra)
         return env
 
@@ -66,25 +74,56 @@ class Cluster:
                               text=True, timeout=timeout)
 
     def processes(self) -> list[str]:
-        """Command lines of the processes of either node (they name its Ray folder)."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:
-                    continue
-                if any(str(d) in cmd for d in self.dirs):
-                    found.append(cmd)
-        return found
+        """Command lines of the processes of any node: those that name its Ray folder and their descendants (Ray's
+        workers rename themselves ray::...)."""
+        table = _processes()
+        roots = [pid for pid, (_, cmd) in table.items() if any(str(d) in cmd for d in self.dirs)]
+        return [table[pid][1] for pid in _below(table, roots, keep_roots=True)]
+
+    def actor(self, node: int, title: str) -> int | None:
+        """The pid of the Ray actor process ``ray::<title>...`` of one node (a child of that node's raylet)."""
+        table = _processes()
+        raylets = [pid for pid, (_, cmd) in table.items() if "raylet/raylet" in cmd and str(self.dirs[node]) in cmd]
+        for pid in _below(table, raylets):
+            if table[pid][1].startswith(f"ray::{title}"):
+                return pid
+        return None
 
 
-def _stop(cluster: Cluster) -> subprocess.CompletedProcess:
-    proc = cluster.run("stop", timeout=180)
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except (OSError, IndexError, ValueError):
+                continue
+            table[int(entry.name)] = (ppid, cmd)
+    return table
+
+
+def _below(table: dict[int, tuple[int, str]], roots: list[int], keep_roots: bool = False) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = (list(roots) if keep_roots else []), [c for r in roots for c in children.get(r, [])]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return sorted(set(found))
+
+
+def _stop(cluster: Cluster) -> list[subprocess.CompletedProcess]:
+    """`ray_cluster.sh stop` on each node (RAY_TEMP_DIR: that node only; `ray stop` would end every Ray node of this
+    machine, other jobs' too), workers first."""
+    procs = [cluster.run("stop", node, timeout=180) for node in (2, 1, 0)]
     deadline = time.monotonic() + 60
     while cluster.processes() and time.monotonic() < deadline:
         time.sleep(1)
-    return proc
+    return procs
 
 
 def _train_env(cluster: Cluster, work: Path, steps: int) -> dict[str, str]:
@@ -153,6 +192,77 @@ def _odd_environment(folder: Path) -> str:
     return str(wrapper)
 
 
+# The toy policy writes <code> calls; this tools yaml serves them with afm's wiki_search tool (afm_class), so every
+# tool call of a rollout goes to the wiki server at its node's SERVER_HOST:WIKI_RAG_PORT (environment.sh's URL).
+WIKI_TOOLS = """
+tools:
+  - class_name: afm.rl.tools.AfmVerlTool
+    config: {type: native, afm_tool: code, afm_class: "afm.tools.wiki_search:WikiSearchTool", topk: 1, retries: 0}
+    tool_schema:
+      type: function
+      function:
+        name: code
+        description: wiki search answering the code tag (test)
+        parameters: {type: object, properties: {query: {type: string}}, required: [query]}
+"""
+
+
+def _wiki_servers(cluster: Cluster, work: Path) -> list[ServerProcess]:
+    """afm's wiki server (BM25 over the demo corpus) on each node's SERVER_HOST, the same port."""
+    from afm.servers.demo_data import write_demo_corpora
+
+    corpus = write_demo_corpora(work / "corpora", "http://demo.invalid").wiki
+    servers = []
+    for i, host in enumerate(SERVER_HOSTS):
+        srv = ServerProcess(["-m", "afm.servers.wiki_server", "--host", host, "--port", str(cluster.wiki_port),
+                             "--corpus", str(corpus), "--index-dir", str(work / f"wiki-index{i}")],
+                            cluster.wiki_port, health=None, log_path=work / f"wiki{i}.log",
+                            env={"AFM_METRICS_DB": str(work / f"wiki{i}.sqlite"), "AFM_SERVER_TOKEN": ""})
+        servers.append(srv.start())
+        wait_http(f"http://{host}:{cluster.wiki_port}/health", 120, srv.proc)
+    return servers
+
+
+def _requests(host: str, port: int) -> int:
+    return int(httpx.get(f"http://{host}:{port}/metrics", timeout=10).json().get("requests", 0))
+
+
+def _kill_mid_step(cluster: Cluster, work: Path) -> dict:
+    """A run whose tool calls go to the wiki servers, one agent-loop worker per node (verl spreads them over the
+    nodes); once a rollout on the worker node has called the worker's server, the worker node's trainer rank is
+    killed (SIGKILL, as the OOM killer does)."""
+    (work / "wiki_tools.yaml").write_text(WIKI_TOOLS)
+    servers = _wiki_servers(cluster, work)
+    out: dict = {"log": work / "died.log"}
+    try:
+        env = _train_env(cluster, work, 3)
+        env.update(CKPT_DIR=str(work / "ckpt-died"), AFM_RL_TRACE_DIR=str(work / "trace-died"),
+                   TOOL_CONFIG=str(work / "wiki_tools.yaml"), AGENT_NUM_WORKERS="2")
+        with out["log"].open("w") as log:
+            proc = subprocess.Popen(["bash", str(SCRIPT), "--local"], cwd=REPO, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 600
+            while proc.poll() is None and time.monotonic() < deadline:
+                if _requests(SERVER_HOSTS[1], cluster.wiki_port) > 0:
+                    break
+                time.sleep(0.5)
+            out["served"] = [_requests(host, cluster.wiki_port) for host in SERVER_HOSTS]
+            out["agent_on_worker"] = cluster.actor(1, "AgentLoopWorker") is not None
+            out["victim"] = victim = cluster.actor(1, "WorkerDict")
+            if victim is not None and proc.poll() is None:
+                os.kill(victim, signal.SIGKILL)
+            out["code"] = proc.wait(timeout=300)  # within seconds; a hang fails the fixture here
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    finally:
+        for srv in servers:
+            srv.stop()
+    return out
+
+
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
     """The head alone (a launch that finds one node), then the worker and two runs (the second resumes the first),
@@ -176,6 +286,7 @@ def two_nodes(tmp_path_factory):
         out["codes"].append(_train(cluster, work, 1, out["logs"][0]))
         if out["codes"][0] == 0:  # the same command, one step more: resume_mode=auto continues from global_step_1
             out["codes"].append(_train(cluster, work, 2, out["logs"][1]))
+        out["died"] = _kill_mid_step(cluster, work)
         odd = cluster.run("worker", 2, PYTHON=_odd_environment(work / "odd-env"))
         assert odd.returncode == 0, odd.stdout[-2000:] + odd.stderr[-2000:]
         out["odd"] = (_train(cluster, work, 3, work / "odd.log", JOIN_TIMEOUT="10"), work / "odd.log")
@@ -209,15 +320,14 @@ def test_both_runs_finish_and_resume_at_step_2(two_nodes):
 def test_placement_spans_both_nodes(two_nodes):
     ids = two_nodes["ids"]
     assert len(ids) == 2
-    launches = [e for e in _traces(two_nodes["work"]) if e["event"] == "launch"]
-    # each run launches replica 0 and 1 (one per trainer rank), pinned to their rank's node: one on each node
+    launches = sorted((e for e in _traces(two_nodes["work"]) if e["event"] == "launch"), key=lambda e: e["time"])
+    # each run launches replica 0 and 1 (one per trainer rank), pinned to their rank's node: one on each node. Which
+    # rank lands on which node may change between runs: verl orders its placement groups by node IP, and both nodes
+    # of this machine have the same one.
     assert len(launches) == 4
-    by_replica = {}
-    for e in launches:
-        by_replica.setdefault(e["replica"], set()).add(e["node_id"])
-    assert set(by_replica) == {0, 1}
-    assert all(len(v) == 1 for v in by_replica.values()), by_replica  # a rank stays on its node across runs
-    assert by_replica[0] | by_replica[1] == set(ids)
+    for run in (launches[:2], launches[2:]):
+        assert sorted(e["replica"] for e in run) == [0, 1], run
+        assert {e["node_id"] for e in run} == set(ids), run
 
 
 def test_both_ranks_hold_the_checkpointed_weights_after_every_step(two_nodes):
@@ -243,8 +353,34 @@ def test_each_node_has_the_tool_server_settings_it_started_with(two_nodes):
     assert sorted(two_nodes["seen"].values()) == sorted(SERVER_HOSTS), two_nodes["seen"]
 
 
+def test_a_rollout_on_the_worker_node_calls_its_tool_server(two_nodes):
+    """The worker node's agent-loop worker ran a trajectory whose tool call reached the wiki server at the worker's
+    SERVER_HOST (only that node's Ray workers have it)."""
+    died = two_nodes["died"]
+    assert died["agent_on_worker"], died["log"].read_text(errors="replace")[-3000:]
+    assert died["served"][1] > 0, (died["served"], died["log"].read_text(errors="replace")[-3000:])
+
+
+def test_a_trainer_rank_killed_mid_step_stops_the_run_with_one_line(two_nodes):
+    died, seen = two_nodes["died"], two_nodes["seen"]
+    worker_node = next(node for node, host in seen.items() if host == SERVER_HOSTS[1])
+    log = died["log"]
+    assert died["victim"] is not None and died["code"] not in (0, None), log.read_text(errors="replace")[-3000:]
+    errors = _error_lines(log)
+    assert len(errors) == 1, log.read_text(errors="replace")[-5000:]
+    # the worker node holds rank 0 or 1 (verl orders its placement groups by node IP, the same for both nodes here);
+    # with one GPU per node the rank is the placement group's index, WorkerDict_<group>:<local rank>
+    named = re.search(r"trainer rank (\d) \(verl's WorkerDict \w*WorkerDict_(\d):0\)", errors[0])
+    assert named and named.group(1) == named.group(2), errors[0]
+    assert f"on Ray node {worker_node[:12]}" in errors[0] and f"its process (pid {died['victim']}) died" in errors[0]
+    assert "died while verl ran" in errors[0] and errors[0].endswith(f"the run stopped (log: {two_nodes['work']}"
+                                                                      "/ckpt-died/train.log)")
+
+
 def test_stop_leaves_nothing_running(two_nodes):
-    assert two_nodes["stop"].returncode == 0, two_nodes["stop"].stderr[-2000:]
+    for proc in two_nodes["stop"]:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "stopping the Ray node of" in two_nodes["stop"][2].stdout  # the head: only its own processes
     assert two_nodes["left"] == []
 
 
