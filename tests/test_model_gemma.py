@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +277,59 @@ def test_export_refuses_what_llama_cpp_could_not_serve(tmp_path):
     with pytest.raises(ValueError, match="outtype 'q4'"):
         export_gguf(hf, base, tmp_path / "z.gguf", "q4")
     assert not list(tmp_path.glob("[xyz].gguf*"))
+
+
+def _llama_server_binary() -> Path | None:
+    out = subprocess.run(["bash", str(REPO / "scripts/build_llamacpp.sh")], env={**os.environ, "DRY_RUN": "1"},
+                         capture_output=True, text=True, timeout=60)
+    lines = out.stdout.strip().splitlines()
+    path = Path(lines[-1]) if out.returncode == 0 and lines else None
+    return path if path is not None and os.access(path, os.X_OK) else None
+
+
+def test_llama_cpp_agrees_with_the_checkpoint(gemma, gemma_tok, tmp_path):
+    """llama.cpp's own tokenizer (/tokenize) gives the rebuilt tokenizer's ids, and its greedy tokens from the GGUF
+    are the HF checkpoint's top choices (same weights, llama.cpp's quantised kernels: a near-tie may differ)."""
+    import httpx
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from afm.testing.procs import free_port
+
+    binary = _llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built: AFM_ENGINES=llamacpp bash scripts/install.sh")
+    port = free_port()
+    log = (tmp_path / "llama.log").open("w")
+    proc = subprocess.Popen([str(binary), "-m", str(gemma.gguf_path), "--host", "127.0.0.1", "--port", str(port),
+                             "-t", "1", "-c", "1024", "--parallel", "1"], stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=120) as c:
+            for _ in range(600):
+                try:
+                    if c.get(f"{base}/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None, (tmp_path / "llama.log").read_text()[-2000:]
+                time.sleep(0.2)
+            for text in TEXTS + _random_texts(50):
+                got = c.post(f"{base}/tokenize", json={"content": text, "add_special": False,
+                                                       "parse_special": True}).json()["tokens"]
+                assert got == gemma_tok.encode(text, add_special_tokens=False), repr(text)
+            prompt = gemma_tok.encode("The capital of France is")  # with <bos>
+            r = c.post(f"{base}/completion", json={"prompt": prompt, "n_predict": 12, "temperature": 0,
+                                                   "n_probs": 5, "return_tokens": True}).json()
+        sampled = r["tokens"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    model = AutoModelForCausalLM.from_pretrained(gemma.hf_dir)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + sampled])).logits[0, len(prompt) - 1:-1]
+    top5 = logits.topk(5).indices.tolist()
+    assert all(tok in top for tok, top in zip(sampled, top5, strict=True))
+    agree = sum(tok == top[0] for tok, top in zip(sampled, top5, strict=True))
+    assert agree >= len(sampled) - 2, (agree, gemma_tok.decode(sampled))
