@@ -86,7 +86,7 @@ def export_gguf(hf_dir: str | Path, base_gguf: str | Path, out: str | Path, outt
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     w = GGUFWriter(str(tmp), base.architecture)
-    for key, field in base._r.fields.items():
+    for key, field in base.fields().items():
         if key.startswith("GGUF.") or key in _KEEP_FROM_BASE_SKIP or key == "general.architecture":
             continue
         vtype = field.types[0]

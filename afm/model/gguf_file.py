@@ -83,6 +83,10 @@ class GGUFFile:
             add_space_prefix=bool(self.get("tokenizer.ggml.add_space_prefix", False)),
         )
 
+    def fields(self) -> dict[str, Any]:
+        """The reader's raw fields (key -> ``gguf.ReaderField``, with its value types), for copying them."""
+        return dict(self._r.fields)
+
     def metadata(self) -> dict[str, Any]:
         """Every metadata key but the big tokenizer arrays (for copying into an exported file)."""
         skip = {"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
