@@ -54,6 +54,8 @@ def gemma(tmp_path_factory) -> tuple[Path, Path]:
     if (cached / "afm-model.json").is_file():
         prepared = prepare("gemma3-270m")  # cached: returns at once
         return prepared.gguf_path, prepared.hf_dir
+    for module in ("gguf", "sentencepiece"):  # the model extra's readers, needed to rebuild the tokenizer
+        pytest.importorskip(module, reason=f"{module} is not installed (the model extra)")
     from afm.model.convert import write_tokenizer
     from afm.model.gguf_file import GGUFFile
 
