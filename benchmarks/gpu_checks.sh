@@ -6,7 +6,7 @@
 # On a machine whose Python lacks LLaMA-Factory's pinned stack, put wheels in .whl/ first (see benchmarks/README.md):
 # they are installed into a private folder, never over the machine's own packages.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT_DIR=${1:-benchmarks/out/gpu_checks}
 mkdir -p "$OUT_DIR"
 PY=${PYTHON:-python3}
