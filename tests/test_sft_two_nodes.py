@@ -202,8 +202,10 @@ def test_a_rank_killed_mid_step_stops_both_nodes_with_one_line(tiny_model, demo_
     assert len(errors[0]) == 1 and "node 0: a rank on another node died" in errors[0][0], texts[0][-3000:]
 
 
-# The hang: a test-only sitecustomize makes one rank's batch read never return (a stuck filesystem read), inside
-# transformers' own Trainer.get_batch_samples - nothing of afm is replaced.
+# The hang: a test-only sitecustomize makes rank 1 stop before its step-2 forward pass (as a stuck read or a deadlock
+# would), inside transformers' own Trainer.compute_loss - nothing of afm is replaced. Rank 0 then waits inside its
+# own forward (DDP syncs buffers there), at the same point of the step: the watchdog tells them apart by where each
+# training thread is.
 HANG_SITE = """
 import os
 
@@ -219,14 +221,14 @@ def _hang():
 
     from transformers import Trainer
 
-    read = Trainer.get_batch_samples
+    loss = Trainer.compute_loss
 
-    def get_batch_samples(self, *args, **kwargs):
-        if self.state.global_step == 1:
+    def compute_loss(self, *args, **kwargs):
+        if self.state.global_step == 1 and self.model.training:
             time.sleep(3600)
-        return read(self, *args, **kwargs)
+        return loss(self, *args, **kwargs)
 
-    Trainer.get_batch_samples = get_batch_samples
+    Trainer.compute_loss = compute_loss
 
 
 _hang()
@@ -234,8 +236,8 @@ _hang()
 
 
 def test_a_rank_that_hangs_mid_step_stops_both_nodes_with_one_line(tiny_model, demo_data, tmp_path):
-    """Rank 1 (node 1) never gets its step-2 batch: after HANG_TIMEOUT both nodes stop, each with one line naming
-    rank 1, what it was doing and what to check - not after DDP_TIMEOUT (years)."""
+    """Rank 1 (node 1) never starts its step-2 forward pass: after HANG_TIMEOUT both nodes stop, each with one line
+    naming rank 1, what it was doing and what to check - not after DDP_TIMEOUT (years)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(HANG_SITE)
@@ -252,11 +254,12 @@ def test_a_rank_that_hangs_mid_step_stops_both_nodes_with_one_line(tiny_model, d
         assert len(errors[node]) == 1, texts[node][-3000:]
         line = errors[node][0]
         assert f"[afm] error: node {node}: rank 1 (node 1, " in line, line
-        assert "made no progress for" in line and "in loading its batch of step 2 while 1 other rank(s) wait" in line
-        assert f"(HANG_TIMEOUT={hang} s): check its data loading" in line
-    # rank 1 trained step 1 and never reached step 2's loss
-    steps = [e["step"] for e in _trace(out, 1) if e["event"] == "batch"]
-    assert steps == [0], steps
+        assert "made no progress for" in line and "in the forward pass of step 2, at " in line
+        assert "sitecustomize.py:" in line and "in compute_loss, while 1 other rank(s) wait in the forward pass of " \
+            "step 2 (in a collective)" in line
+        assert f"(HANG_TIMEOUT={hang} s): check that process and its device" in line
+    # rank 1 trained step 1, got its step-2 batch (afm's trace records it before the loss) and never finished
+    assert [(e["event"], e["step"]) for e in _trace(out, 1)] == [("batch", 0), ("batch", 1)]
 
 
 def _descendants(root: int) -> list[int]:

@@ -24,10 +24,22 @@ def test_a_rank_whose_heartbeat_stopped_is_named_first():
 def test_the_rank_furthest_behind_is_named_with_what_to_check():
     ranks = {0: _rank(5, 1, "sync", 0), 1: _rank(5, 0, "load", 1, age=75), 2: _rank(5, 1, "sync", 1)}
     line = verdict(ranks, frozen={}, timeout=60)
-    assert line == ("rank 1 (node 1, host1 pid 101) made no progress for 75 s in loading its batch of step 5 while 2 "
+    assert line == ("rank 1 (node 1, host1 pid 101) made no progress for 75 s in loading its batch of step 5, while 2 "
                     "other rank(s) wait in counting the batch's tokens across ranks (all-gather) of step 5 "
                     "(HANG_TIMEOUT=60 s): check its data loading (the dataset's filesystem, dataloader workers) on "
                     "host1")
+
+
+def test_at_one_point_the_rank_outside_a_collective_is_named():
+    """DDP's forward syncs buffers: a rank stuck before its forward finds the others blocked inside theirs."""
+    ranks = {0: {**_rank(2, 2, "forward", 0), "frame": "/x/torch/nn/parallel/distributed.py:1 in _sync_buffers"},
+             1: {**_rank(2, 2, "forward", 1), "frame": "/data/reader.py:7 in read"}}
+    line = verdict(ranks, frozen={}, timeout=60)
+    assert line is not None and line.startswith("rank 1 (node 1, host1 pid 101) made no progress for 40 s in the "
+                                                "forward pass of step 2, at /data/reader.py:7 in read, while 1 other "
+                                                "rank(s) wait in the forward pass of step 2 (in a collective)")
+    ranks[1]["frame"] = "/x/torch/distributed/distributed_c10d.py:9 in all_reduce"  # every rank waits
+    assert verdict(ranks, frozen={}, timeout=60).startswith("every rank has been in the forward pass of step 2")
 
 
 def test_every_rank_at_one_point_is_a_collective_or_a_slow_step():

@@ -46,10 +46,28 @@ CHECK = {
 }
 
 
+# Where a rank's training thread waits for the others: torch's collectives (and DDP's, DeepSpeed's wrappers of them).
+_COLLECTIVE_FILES = ("/torch/distributed/", "/torch/nn/parallel/distributed.py", "/deepspeed/comm/")
+
+
+def in_collective(frame: str) -> bool:
+    """Whether a rank's innermost Python frame (``file:line in function``) is inside a collective."""
+    return any(part in frame for part in _COLLECTIVE_FILES)
+
+
+def main_frame() -> str:
+    """The training (main) thread's innermost Python frame, as ``file:line in function``."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
 def verdict(ranks: dict[int, dict[str, Any]], frozen: dict[int, float], timeout: float) -> str | None:
     """The line naming what holds the job up, from each rank's last report (``step``, ``seq``: phases since the
-    step began, ``phase``, ``age``: seconds in it, ``host``, ``node``, ``pid``) and the ranks whose heartbeat stopped
-    (seconds since it last moved); None while any rank is where waiting is expected (saving, evaluating, done)."""
+    step began, ``phase``, ``age``: seconds in it, ``frame``: its training thread's innermost frame, ``host``,
+    ``node``, ``pid``) and the ranks whose heartbeat stopped (seconds since it last moved); None while any rank is
+    where waiting is expected (saving, evaluating, done)."""
     if any(r["phase"] in NOT_JUDGED for r in ranks.values()):
         return None
 
@@ -67,15 +85,23 @@ def verdict(ranks: dict[int, dict[str, Any]], frozen: dict[int, float], timeout:
     low = min((r["step"], r["seq"]) for r in ranks.values())
     behind = sorted(k for k, r in ranks.items() if (r["step"], r["seq"]) == low)
     if len(behind) == len(ranks):
-        r = ranks[behind[0]]
-        return (f"every rank has been in {where(r)} for {r['age']:.0f} s (HANG_TIMEOUT={timeout:g} s): a collective "
-                "that never completes (check the network between the nodes; NCCL_DEBUG=INFO) or a step slower than "
-                "HANG_TIMEOUT (raise it)")
-    rank, ahead = behind[0], next(r for r in ranks.values() if (r["step"], r["seq"]) != low)
+        # all at one point: the ranks not blocked in a collective hold up those that are (DDP's forward, for one,
+        # syncs buffers, so a rank stuck before its forward finds the others in theirs)
+        working = [k for k in behind if not in_collective(ranks[k].get("frame", ""))]
+        if not working or len(working) == len(ranks):
+            r = ranks[behind[0]]
+            return (f"every rank has been in {where(r)} for {r['age']:.0f} s (HANG_TIMEOUT={timeout:g} s): a "
+                    "collective that never completes (check the network between the nodes; NCCL_DEBUG=INFO) or a "
+                    "step slower than HANG_TIMEOUT (raise it)")
+        behind = working
+    rank = behind[0]
+    ahead = next(r for k, r in ranks.items() if k not in behind)
     others = len(ranks) - len(behind)
     also = f" (and rank(s) {', '.join(map(str, behind[1:]))})" if len(behind) > 1 else ""
-    return (f"{who(rank)}{also} made no progress for {ranks[rank]['age']:.0f} s in {where(ranks[rank])} while "
-            f"{others} other rank(s) wait in {where(ahead)} (HANG_TIMEOUT={timeout:g} s): check "
+    at = f", at {ranks[rank]['frame']}" if ranks[rank].get("frame") else ""
+    waiting = " (in a collective)" if in_collective(ahead.get("frame", "")) else ""
+    return (f"{who(rank)}{also} made no progress for {ranks[rank]['age']:.0f} s in {where(ranks[rank])}{at}, while "
+            f"{others} other rank(s) wait in {where(ahead)}{waiting} (HANG_TIMEOUT={timeout:g} s): check "
             f"{CHECK.get(ranks[rank]['phase'], 'that process')} on {ranks[rank]['host']}")
 
 
@@ -100,7 +126,7 @@ class Watchdog:
         self.beat += 1
         self.store.set(f"{_KEY}rank{self.rank}", json.dumps(
             {"step": self.step, "seq": self.seq, "phase": self.phase, "age": now - self.changed, "beat": self.beat,
-             **self.me}))
+             "frame": main_frame(), **self.me}))
 
     def _ranks(self, now: float) -> tuple[dict[int, dict[str, Any]], dict[int, float]]:
         ranks, frozen = {}, {}
@@ -177,18 +203,20 @@ def install() -> bool:
         return True
     dogs: list[Watchdog] = []
 
-    def mark(phase: str, step_ahead: int):
-        def wrap(orig):
-            def wrapped(self, *args, **kwargs):
-                training = getattr(self.model, "training", True) if phase in ("forward", "backward") else True
-                if dogs and training:
-                    dogs[0].enter(phase, self.state.global_step + step_ahead)
-                result = orig(self, *args, **kwargs)
-                if dogs and training and phase == "forward":  # the loss is computed: backward comes next
-                    dogs[0].enter("backward", self.state.global_step + step_ahead)
-                return result
-            return wrapped
-        return wrap
+    def mark(name: str, phase: str, step_ahead: int):
+        orig = getattr(Trainer, name)
+        loss = name == "compute_loss"
+
+        def wrapped(self, *args, **kwargs):
+            # compute_loss also runs in evaluation (not judged); training_step sets model.train() itself
+            training = getattr(self.model, "training", True) if loss else True
+            if dogs and training:
+                dogs[0].enter(phase, self.state.global_step + step_ahead)
+            result = orig(self, *args, **kwargs)
+            if dogs and training and loss:  # the loss is computed: the backward pass comes next
+                dogs[0].enter("backward", self.state.global_step + step_ahead)
+            return result
+        return wrapped
 
     orig_train = Trainer.train
 
@@ -202,11 +230,13 @@ def install() -> bool:
             if dogs:
                 dogs[0].enter("done", self.state.global_step)
 
-    # before global_step counts the step (load .. backward): step + 1; logging and saving come after it
+    # before global_step counts the step (load .. backward): step + 1; logging and saving come after it.
+    # training_step marks the forward pass for trainers whose compute_loss does not reach Trainer's (DPO's).
     for name, phase, ahead in (("get_batch_samples", "load", 1), ("_get_num_items_in_batch", "sync", 1),
-                               ("compute_loss", "forward", 1), ("_maybe_log_save_evaluate", "log", 0),
+                               ("training_step", "forward", 1), ("compute_loss", "forward", 1),
+                               ("_maybe_log_save_evaluate", "log", 0),
                                ("_save_checkpoint", "save", 0), ("_evaluate", "evaluate", 0)):
-        setattr(Trainer, name, mark(phase, ahead)(getattr(Trainer, name)))
+        setattr(Trainer, name, mark(name, phase, ahead))
     Trainer.train = train
     Trainer._afm_watchdog = True
     return True
