@@ -194,8 +194,9 @@ def stage_story(summary: Mapping[str, Any]) -> list[str]:
     stages, cmp = summary["stages"], summary["comparisons"]
     lines = ["## What each stage added", ""]
     if "sft" in stages and "untrained" in stages:
+        gains = ", ".join(f"`{f}` {_diff(r)}" for f, r in cmp.get("sft_vs_untrained", {}).items())
         lines.append(f"- **SFT** (distillation + masked SFT): macro {_pct(stages['untrained'].get('macro'))} → "
-                     f"{_pct(stages['sft'].get('macro'))} ({_diff(cmp.get('sft_vs_untrained', {}).get('macro'))}).")
+                     f"{_pct(stages['sft'].get('macro'))}" + (f"; per family {gains}." if gains else "."))
     target = summary.get("rl_target") or {}
     fam = target.get("family")
     if fam:
