@@ -378,3 +378,32 @@ def test_observation_joins_the_newlines_the_model_sampled(tok):
         obs = traj.segments[1]
         assert obs.kind == "observation" and tok.decode(obs.ids) == obs.text
         assert traj.context_ids() == prompt + traj.segments[0].ids + obs.ids + traj.segments[2].ids
+
+
+def test_hf_backend_close_stops_a_generation_in_flight(tiny_model):
+    """aclose() (what a SIGTERM'd run ends with) stops model.generate in its worker thread at the next token,
+    instead of leaving asyncio.run to wait for the whole batch: with Gemma on a CPU that was minutes."""
+    from afm.agent.hf_backend import HFBackend
+
+    backend = HFBackend.from_pretrained(str(tiny_model), max_batch=1, batch_wait_s=0.0)
+    prompt = backend.tok.encode("question 1")
+    long = SamplingParams(temperature=0.0, max_new_tokens=3800)
+    steps: list[int] = []
+    forward = backend.model.forward
+
+    def counting(*args, **kwargs):
+        steps.append(1)
+        return forward(*args, **kwargs)
+
+    backend.model.forward = counting
+
+    async def go() -> None:
+        task = asyncio.ensure_future(backend.generate(prompt, long))
+        while len(steps) < 5:  # the batch is inside model.generate
+            await asyncio.sleep(0.01)
+        await backend.aclose()
+        task.cancel()
+
+    asyncio.run(go())  # returns once the worker thread has left generate
+    assert backend.aborted_batches == 1
+    assert len(steps) < 3800  # stopped early, not at max_new_tokens

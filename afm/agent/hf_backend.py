@@ -28,8 +28,12 @@ class HFBackend:
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
         self._lock = threading.Lock()  # one generate at a time on the model
+        # Set by aclose(): a generate running in its worker thread stops at its next token. A thread cannot be
+        # cancelled, and asyncio.run waits for it at exit, so without this SIGTERM waited for the whole batch.
+        self._abort = threading.Event()
         self.batches = 0
         self.batched_requests = 0
+        self.aborted_batches = 0
 
     @classmethod
     def from_pretrained(cls, path: str, **kw: Any) -> HFBackend:
@@ -42,6 +46,7 @@ class HFBackend:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         loop = asyncio.get_running_loop()
         if self._queue is None or self._worker is None or self._worker.done():
+            self._abort.clear()
             self._queue = asyncio.Queue()
             self._worker = loop.create_task(self._serve())
         fut: asyncio.Future = loop.create_future()
@@ -80,6 +85,13 @@ class HFBackend:
 
     def _generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        abort = self._abort
+
+        class _Aborted(StoppingCriteria):
+            def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+                return torch.full((input_ids.shape[0],), abort.is_set(), dtype=torch.bool, device=input_ids.device)
 
         with self._lock:
             self.batches += 1
@@ -93,6 +105,7 @@ class HFBackend:
                 "max_new_tokens": sampling.max_new_tokens, "do_sample": do_sample,
                 "eos_token_id": sorted(self.tok.eos_ids), "pad_token_id": pad,
                 "repetition_penalty": sampling.repetition_penalty,
+                "stopping_criteria": StoppingCriteriaList([_Aborted()]),
             }
             if do_sample:
                 kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
@@ -104,6 +117,9 @@ class HFBackend:
                 torch.manual_seed(sampling.seed)
             with torch.no_grad():
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+            if abort.is_set():
+                self.aborted_batches += 1
+                raise RuntimeError("generation aborted: the backend was closed")
             return [self._trim(row[width:].tolist(), sampling) for row in out]
 
     def _trim(self, ids: list[int], sampling: SamplingParams) -> Generation:
@@ -121,6 +137,7 @@ class HFBackend:
         return Generation(ids, "length", self.tok.decode(ids))
 
     async def aclose(self) -> None:
+        self._abort.set()
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
