@@ -171,9 +171,9 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         if rl:
             from afm.demo.world import RL_TARGET, RL_TARGET_WHY
 
+            meant = f" RL is meant to fix {RL_TARGET}: {RL_TARGET_WHY}" if RL_TARGET else ""
             print(f"[6/8] RL selection: the SFT policy samples each RL question {profile.rl_samples} times; afm data "
-                  f"select drops the ones it always solves. RL is meant to fix {RL_TARGET}: {RL_TARGET_WHY}",
-                  flush=True)
+                  f"select drops the ones it always solves.{meant}", flush=True)
             t = time.monotonic()
             sel = select_rl_data(sft, root, servers, work / "rl_data", n=profile.rl_samples, seed=seed)
             seconds["rl_select"] = time.monotonic() - t
@@ -210,7 +210,7 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
     summary["profile"] = asdict(profile)
     summary["sft_loss"] = curve
     notes = [f"{k}: {v:.0f} s" for k, v in seconds.items()]
-    if rl:
+    if rl and RL_TARGET:
         summary["rl_target"] = {"family": RL_TARGET, "why": RL_TARGET_WHY}
     summary["models"] = {"untrained": str(model), "sft": str(sft)}
     if dapo is not None:

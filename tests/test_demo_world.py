@@ -69,60 +69,6 @@ def test_every_question_ends_with_what_the_first_thought_restates():
         assert think.startswith(m.group(1)), (task.family, task.question, think)
 
 
-def test_the_search_snippet_shows_a_census_count_that_is_out_of_date_for_half_the_towns():
-    """The shortcut RL removes (afm.demo.world): only the page states the population; the snippet's census count is
-    it for about half the towns and 1-20% off for the others, and those draws leave the rest of the world as it was."""
-    world = build_world(0, {"train": 200, "rl": 5, "heldout": 5})
-    towns = world.all_towns()
-    current = sum(t.census == t.population for t in towns) / len(towns)
-    assert 0.4 < current < 0.6, current
-    stale = [t for t in towns if t.census != t.population]
-    assert all(10000 <= t.census < 100000 and abs(t.census - t.population) <= 0.2 * t.population + 1 for t in stale)
-    snippets = {r["title"]: r["text"] for r in world.search_corpus("http://site")}
-    pages = {d["title"]: d["paragraphs"][0] for d in world.site_documents()}
-    t = stale[0]
-    assert f"Census count {t.census};" in snippets[t.name] and str(t.population) not in snippets[t.name]
-    assert f"Its population is {t.population}." in pages[t.name]
-    # the census stream is its own: questions, towns and answers are those of the world before the census existed
-    assert [(x.name, x.population, x.founded) for x in build_world(0, SMALL).all_towns()] == \
-        [(x.name, x.population, x.founded) for x in _world_without_census(0, SMALL).all_towns()]
-
-
-def _world_without_census(seed, per_family):
-    """build_world with every census count equal to the population (the world before the shortcut)."""
-    from unittest.mock import patch
-
-    with patch("afm.demo.world.stale_census", lambda population, rng, current_share=0.5: population):
-        return build_world(seed, per_family)
-
-
-def test_the_teacher_takes_the_snippet_shortcut_and_its_verifier_passes_it():
-    """The imperfect teacher: in SHORTCUT_RATE of lookup runs it plans two searches and no page, answers the
-    snippet's census count, and its verifier (which saw only the snippet) scores that 4, right or wrong; with the
-    page read it answers the page's figure. The other families never take it."""
-    from afm.demo.world import SHORTCUT_RATE
-
-    world = build_world(0, {"train": 300, "rl": 5, "heldout": 5})
-    s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
-    plans = {t.question: s.planner(t.question, "(nothing yet)", "Write the plan.") for t in world.tasks["train"]}
-    lookup = [t for t in world.tasks["train"] if t.family == "lookup"]
-    short = [t for t in lookup if "crawl_page" not in plans[t.question]]
-    assert abs(len(short) / len(lookup) - SHORTCUT_RATE) < 0.07
-    assert all("crawl_page" not in plans[t.question] or t.family == "lookup" for t in world.tasks["train"]
-               if t.family != "lookup") and all(plans[t.question].count("web_search:") == 2 for t in short)
-    t = next(x for x in short if world.town(x.facts["town"]).census != world.town(x.facts["town"]).population)
-    town = world.town(t.facts["town"])
-    snippet = next(r["text"] for r in world.search_corpus("http://site") if r["title"] == town.name)
-    history = f"<web_search> {town.name} population</web_search>\n\n<observation>\n{snippet}\n</observation>"
-    assert f"<answer>{town.census}</answer>" in s.answerer(t.question, history)
-    user = f"Question: {t.question}\n\nWork so far:\n{history}\n\nSuggested answer: {town.census}\n\nDouble-check"
-    assert "<score>4</score>" in s.verifier(t.question, history, user)  # wrong, and passed: the filter must drop it
-    page = f"\n\n<crawl_page> x</crawl_page>\n\n<observation>\n{town.name} is a town in {town.country}. " \
-           f"Its population is {town.population}.\n</observation>"
-    assert f"<answer>{town.population}</answer>" in s.answerer(t.question, history + page)
-    assert Solver(seed=0, shortcut_rate=0.0).planner(t.question, "(nothing yet)", "Plan.").count("crawl_page") == 1
-
-
 def test_teacher_endpoint_answers_openai_chat_requests():
     with TeacherModel(seed=0) as teacher:
         system = "You are the PLANNER of a research team that answers a question with tools.\n..."
@@ -193,15 +139,6 @@ def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
     assert all(c["status"] == "ok" for r in correct for c in r["tool_calls"])
     # every arithmetic program of the noisy teacher has a slip: the verifier rejects some answers (re-plan, then a
     # self-corrected run, upsampled) and misses others (wrong runs the quality filter drops)
-    # the shortcut (afm.demo.world): lookup runs that answered the snippet's census count without the page are in
-    # the kept set only where the count was the population; the wrong ones were dropped
-    kept = [json.loads(line) for line in clean["kept"].read_text().splitlines()]
-    shortcut = [r for r in runs if "-lookup-" in r["question_id"] and
-                {c["name"] for c in r["tool_calls"]} == {"web_search"}]
-    assert shortcut and all(r["final_answer"] == str(world.town(r["question"].split(" of ")[1].rstrip("?")).census)
-                            for r in shortcut)
-    assert {r["question_id"] for r in kept} >= {r["question_id"] for r in shortcut if r["final_answer"] == r["gold"][0]}
-    assert all(r["final_answer"] == r["gold"][0] for r in kept)
     filters = {f["name"]: f for f in noisy["filter_report"]["filters"]}
     assert filters["quality"]["dropped"] > 0
     assert filters["upsample"]["added"] > 0

@@ -4,8 +4,8 @@ the way the paper's agents do, generated from a seed in well under a second.
 Families (the answer is always short and scored by exact match through ``afm.rewards``, data source ``afm_demo``):
 
 * ``arith``    "Compute 37*48+15."                        -> ``code`` (print the expression) -> 1791
-* ``lookup``   "What is the population of Town 4821?"      -> ``web_search`` (the snippet links the town's page and
-  shows a census count, out of date for half the towns) -> ``crawl_page`` (the page states it) -> 48213
+* ``lookup``   "What is the population of Town 4821?"      -> ``web_search`` (the snippet links the town's page but
+  holds no figure) -> ``crawl_page`` (the page states it)   -> 48213
 * ``multihop`` "What is the founding year of the birthplace of Citizen 3315?" -> ``wiki_search`` (born in Town
   4821) -> ``wiki_search`` (Town 4821 is a town in Keldria, founded in 1843) -> 1843
 * ``calc``     "How many years before 2026 was the founding of Town 4821?" -> ``wiki_search`` (founded in 1843) ->
@@ -25,21 +25,6 @@ pattern instead of four. Before, every default run ended with one family at 0-4%
 shape, the student's ``rope_theta`` at 1e6 and a key/value head per query head, the default learns all four
 (benchmarks/RESULTS.md, 2026-11-26 afternoon).
 
-**The shortcut RL removes** (the paper's second half: agentic RL takes the distilled agent beyond its teacher). The
-search snippet of a town shows its last census count, and for half the towns (``CENSUS_CURRENT``) the town has
-grown or shrunk since; only its page states the current population, the answer. The teacher is imperfect the way an
-LLM teacher is: in ``SHORTCUT_RATE`` of its ``lookup`` runs it takes the snippet's figure and "confirms" it with a
-second search, which shows the same count, instead of opening the page (the second of the two lookups it needs is
-the wrong one), and its verifier, which has seen only the snippet, passes the figure. The quality filter drops the
-shortcut runs that were wrong but keeps the half that happened to be right (two calls and a reflection, like any
-run), and nothing in the snippet tells the two apart, so the SFT set still takes the shortcut in 0.8 x 0.5 : 0.2 = 2 of every 3 ``lookup``
-demonstrations. The student copies that habit: greedy, it answers from the snippet and is right on about half the
-questions; sampled, it reads the page about a third of the time. RL selection then keeps the ``lookup`` questions it
-solves only sometimes, and DAPO's reward, the real ``compute_score`` (exact match with the page's figure), pays the
-rollouts that read the page and not the wrong shortcuts: RL removes a habit SFT cannot, because the filtered
-demonstrations never show it failing. The other families have no such shortcut (their teacher's slips are caught by
-its verifier or dropped by the filter), so SFT learns them fully and RL has nothing to add there.
-
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
 only come from the tools. The world's documents are served by the demo servers (:class:`afm.demo.agent_demo.
@@ -51,7 +36,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +48,14 @@ DATA_SOURCE = "afm_demo"
 YEAR = 2026
 TOOLS_OF = {"arith": ("code",), "lookup": ("web_search", "crawl_page"), "multihop": ("wiki_search",),
             "calc": ("wiki_search", "code")}
-CENSUS_CURRENT = 0.5  # share of towns whose census count in the search snippet is still their population
-SHORTCUT_RATE = 0.8  # share of lookup runs in which the teacher answers from the snippet (module docstring)
-# the family RL is meant to improve, and why (the quickstart's report says it)
-RL_TARGET = "lookup"
-RL_TARGET_WHY = ("the teacher answers lookup questions from the search snippet's census count without reading the "
-                 "page; the filter keeps the shortcut whenever the count was still right (half the towns), so SFT "
-                 "copies it and is right about half the time; DAPO's reward (compute_score against the page's "
-                 "figure) pays only the rollouts that read the page")
 COUNTRIES = ("Keldria", "Ostmark", "Varelia", "Doruna", "Tessin", "Arvola", "Brenmoor", "Caldera", "Elmaro",
              "Fennick", "Gorvath", "Halvene")
+# The family RL is meant to improve, and why (the quickstart's report says it). Empty in the default world: the
+# teacher shortcut that issue 28 adds for DAPO to remove (commit 37d7e23: stale census counts in the snippets, a
+# teacher that answers from them) is kept out of the default until DAPO is shown to remove it within the default's
+# budget; with it, the SFT student copied the shortcut but 4 DAPO steps left it in place (benchmarks/RESULTS.md).
+RL_TARGET = ""
+RL_TARGET_WHY = ""
 PROMPT = Prompt(
     key="afm.demo.world:PROMPT", version="2026-11-24.1",  # the key resolves to this object (module:attr)
     text=("Solve it with the tools web_search, crawl_page, wiki_search and code; think, plan, call tools, "
@@ -95,7 +78,6 @@ class Town:
     country: str
     population: int
     founded: int
-    census: int = 0  # the figure the search index still shows (the last census); ``population`` for half the towns
 
     @property
     def slug(self) -> str:
@@ -157,11 +139,10 @@ class World:
                 for t in self.all_towns()]
 
     def search_corpus(self, site_url: str) -> list[dict[str, str]]:
-        """Search records linking each town's page; the snippet shows the last census figure, which is the
-        current population (on the page) for only half the towns: the shortcut of the module docstring."""
+        """Search records linking each town's page; the snippet names the town but holds no figure."""
         base = site_url.rstrip("/")
         return [{"id": t.slug, "title": t.name, "url": f"{base}/{t.slug}.html",
-                 "text": f"{t.name}, a town in {t.country}. Census count {t.census}; current figures on its page."}
+                 "text": f"{t.name}, a town in {t.country}. Facts and figures on its page."}
                 for t in self.all_towns()]
 
     def wiki_corpus(self) -> list[dict[str, str]]:
@@ -194,22 +175,10 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def stale_census(population: int, rng: random.Random, current_share: float = CENSUS_CURRENT) -> int:
-    """The search index's census figure of a town: its ``population`` with probability ``current_share``, else an
-    older count, 1-20% off (five digits, never the population)."""
-    if rng.random() < current_share:
-        return population
-    older = population - max(1, round(population * rng.uniform(0.01, 0.2)))
-    return older if older >= 10000 else population + (population - older)  # a town that shrank: still 5 digits
-
-
 def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> World:
     """The world for ``seed``: ``per_family[split]`` tasks of each family per split (default 750 / 60 / 25)."""
     counts = {"train": 750, "rl": 60, "heldout": 25, **(per_family or {})}
     rng = random.Random(seed)
-    # the census figures from a stream of their own: every other draw (towns, people, operands) stays what it was
-    # on the worlds the student was measured to learn (benchmarks/RESULTS.md)
-    census_rng = random.Random(f"census-{seed}")
     # 2n towns and n people per split, all numbered apart; never a number that reads as a founding year (1200-1989)
     # or a population (5 digits), which the search tools would match and the student would confuse
     needed = sum(3 * counts[s] for s in SPLITS)
@@ -224,7 +193,6 @@ def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> Worl
         n = counts[split]
         ts = [Town(f"Town {next(numbers)}", rng.choice(COUNTRIES), rng.randrange(10000, 99999),
                    rng.randrange(1200, 1990)) for _ in range(2 * n)]
-        ts = [replace(t, census=stale_census(t.population, census_rng)) for t in ts]
         ps = [Person(f"Citizen {next(numbers)}", ts[i].name, rng.choice(trades)) for i in range(n)]
         towns[split], people[split] = ts, ps
         out: list[Task] = []
