@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from afm.ray_scope import private_ray_tmpdir, stop_ray_in
+
 REPO = Path(__file__).resolve().parents[1]
 VERL_TOOLS = REPO / "configs" / "verl" / "tools" / "afm.yaml"
 _STEP = re.compile(r"step:(\d+) - (.*)")
@@ -147,21 +149,19 @@ def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str,
     if echo:
         print(f"$ {' '.join(cmd)}   (log: {log})", flush=True)
     t0 = time.monotonic()
-    with log.open("w") as f:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, text=True)
-    _stop_ray(python)
+    # a Ray folder of this run's own: stopping it afterwards ends this run's Ray processes and no other cluster
+    ray_tmp = private_ray_tmpdir()
+    env["RAY_TMPDIR"] = str(ray_tmp)
+    try:
+        with log.open("w") as f:
+            proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, text=True)
+    finally:
+        stop_ray_in(ray_tmp)
     text = log.read_text(errors="replace")
     if proc.returncode != 0:
         raise dapo_failure(text, log, proc.returncode)
     return DapoRun(model=latest_hf_checkpoint(work / "checkpoints"), steps=parse_steps(text), log=log,
                    seconds=time.monotonic() - t0)
-
-
-def _stop_ray(python: Path) -> None:
-    """Stop the local Ray cluster the run started (its workers would otherwise hold the cores)."""
-    ray = python.parent / "ray"
-    if ray.exists():
-        subprocess.run([str(ray), "stop", "--force"], capture_output=True, timeout=120, check=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,8 @@ def _steps(log: Path) -> list[dict[str, float]]:
 
 def run(config: str, steps: int, poll: str, work: Path) -> dict:
     """One launcher run; returns per-warm-step phase seconds."""
+    from afm.ray_scope import private_ray_tmpdir, stop_ray_in
+
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM")}
@@ -69,13 +71,15 @@ def run(config: str, steps: int, poll: str, work: Path) -> dict:
                CKPT_DIR=str(work / "ckpt"), AFM_RL_TRACE_DIR=str(work / "trace"), ROLLOUT_DATA_DIR=str(work / "dump"),
                TOTAL_TRAINING_STEPS=str(steps), SAVE_FREQ="-1", SAVE_HF_MODEL="false", AFM_VERL_POLL_S=poll,
                PYTHON=sys.executable, RESUME_MODE="disable")
+    ray_tmp = private_ray_tmpdir()  # stopping this run's Ray ends no other cluster (`ray stop` ends them all)
+    env["RAY_TMPDIR"] = str(ray_tmp)
     log = work / "train.log"
     t0 = time.monotonic()
     with log.open("w") as f:
         rc = subprocess.run(["bash", str(SCRIPT), "--local"], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT,
                             timeout=1800).returncode
     wall = time.monotonic() - t0
-    subprocess.run([str(Path(sys.executable).parent / "ray"), "stop", "--force"], capture_output=True)
+    stop_ray_in(ray_tmp)
     if rc != 0:
         raise SystemExit(f"{config}/{poll}: the run failed (rc {rc}); see {log}")
     rows = _steps(log)

@@ -24,6 +24,7 @@ AFM_SFT = ["-m", "afm.sft.cli"]
 ENTRY_POINTS: list[list[str]] = [
     AFM, [*AFM, "quickstart"], [*AFM, "validate"], [*AFM, "doctor"], [*AFM, "sandbox"], [*AFM, "sandbox", "check"],
     [*AFM, "sandbox", "run"], [*AFM, "infer"], [*AFM, "eval"], [*AFM, "eval", "run"], [*AFM, "eval", "report"],
+    [*AFM, "model"], [*AFM, "model", "prepare"], [*AFM, "model", "export"],
     [*AFM, "data"], *([*AFM, "data", c] for c in ("distill", "convert", "filter", "dpo", "select", "rl")),
     AFM_SFT, [*AFM_SFT, "mask-report"],
     *(["-m", m] for m in (

@@ -29,6 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "table_io": set(),
     "env_defaults": set(),  # default ports and model names, read from environment.sh (the only place they are written)
     "launch_knobs": set(),  # how launch-script knobs read (numbers, booleans, lists), for afm.sft/rl.knobs
+    "model": set(),  # pretrained models prepared for afm: GGUF reading, tokenizer rebuild, HF conversion, export
+    "ray_scope": set(),  # a --local run's own Ray folder, stopped without ending other clusters (stdlib only)
     "names": set(),  # the one name normaliser (benchmarks, data sources, prompt keys)
     "prompts": {"trajectory", "names"},
     "tools": {"sandbox", "env_defaults"},
@@ -47,10 +49,10 @@ ALLOWED: dict[str, set[str]] = {
              "demo_content", "quickstart_rl", *UTILS},
     "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "testing", "prompts",
                    "demo_content", "quickstart_rl", "quickstart_summary", *UTILS},
-    "quickstart_rl": set(),
+    "quickstart_rl": {"ray_scope"},
     "quickstart_summary": {"eval"},
     "doctor": {"sft", "sandbox"},
-    "cli": {"agent", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "demo"},
+    "cli": {"agent", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "demo", "model"},
 }
 
 

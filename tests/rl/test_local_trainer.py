@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from afm.ray_scope import private_ray_tmpdir, stop_ray_in
 from afm.rl.local.hf_engine import weights_checksum
 from afm.trajectory import format_observation
 
@@ -38,15 +39,17 @@ def _env(work: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(AFM_LOCAL_DIR=str(work / "toy"), CKPT_DIR=str(work / "ckpt"), AFM_RL_TRACE_DIR=str(work / "trace"),
                ROLLOUT_DATA_DIR=str(work / "rollouts"), TOTAL_TRAINING_STEPS="2", SAVE_FREQ="1",
-               PYTHON=str(Path(os.sys.executable)), LR="1e-3", RAY_DEDUP_LOGS="0")
+               PYTHON=str(Path(os.sys.executable)), LR="1e-3", RAY_DEDUP_LOGS="0", RAY_TMPDIR=str(RAY_TMP))
     for key in ("RAY_ADDRESS", "VERL_PLATFORM", "VERL_ENGINE_DEVICE"):
         env.pop(key, None)
     return env
 
 
+RAY_TMP = private_ray_tmpdir()  # this module's runs' own Ray folder: stopping it ends no other cluster
+
+
 def _stop_ray() -> None:
-    subprocess.run([str(Path(os.sys.executable).parent / "ray"), "stop", "--force"], capture_output=True,
-                   timeout=120)
+    stop_ray_in(RAY_TMP, remove=False)
 
 
 def _launch(work: Path, log: Path) -> subprocess.Popen:
