@@ -7,6 +7,10 @@
 #   bash scripts/test.sh [pytest args...]      # args go to both runs
 #   AFM_SKIP_RL=1 bash scripts/test.sh ...     # only the first environment
 #   AFM_ONLY_RL=1 bash scripts/test.sh ...     # only the verl tests
+#   AFM_TEST_JOBS=1 bash scripts/test.sh ...   # one suite after the other (default: side by side, see below)
+# When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done): most of
+# either suite is one process waiting on a subprocess, Ray or a server, so on 2 cores the two overlap well
+# (CI: 2437 s one after the other). Each keeps its own Ray cluster (afm.ray_scope), ports and temp dirs.
 set -euo pipefail
 # --help prints this text and installs nothing (pytest's own help: .venv/bin/python -m pytest --help).
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -39,11 +43,28 @@ status=0
 if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "none" ]]; then
   AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" bash scripts/install.sh
 fi
+run_rl_suite() { "$AFM_RL_VENV/bin/python" -m pytest "${flags[@]}" "${rl_paths[@]:-tests/rl}"; }
+rl_pid="" rl_log=""
+if (( run_main && run_rl )) && [[ "${AFM_TEST_JOBS:-2}" != "1" ]]; then
+  rl_log="$(mktemp "${TMPDIR:-/tmp}/afm-test-rl.XXXXXX.log")"
+  echo "[test] tests/rl runs beside the main suite ($AFM_RL_VENV); its output: $rl_log (printed at the end)"
+  run_rl_suite >"$rl_log" 2>&1 &
+  rl_pid=$!
+  # an interrupted run stops the background suite too
+  trap '[[ -n "$rl_pid" ]] && kill -- "$rl_pid" 2>/dev/null; exit 130' INT TERM
+fi
 if (( run_main )); then
   if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
   "$PY" -m pytest --ignore=tests/rl "${flags[@]}" "${main_paths[@]}" || status=$?
 fi
-if (( run_rl )); then
-  "$AFM_RL_VENV/bin/python" -m pytest "${flags[@]}" "${rl_paths[@]:-tests/rl}" || status=$?
+if [[ -n "$rl_pid" ]]; then
+  rl_status=0
+  wait "$rl_pid" || rl_status=$?
+  rl_pid=""
+  echo "[test] tests/rl ($AFM_RL_VENV), exit code $rl_status:"
+  cat "$rl_log"
+  (( rl_status == 0 )) || status=$rl_status
+elif (( run_rl )); then
+  run_rl_suite || status=$?
 fi
 exit "$status"
