@@ -5,6 +5,11 @@ The prompt is sent as token ids, in the dialect of the engine (``afm.agent.engin
 sampled token ids are taken from the answer where the engine returns them, stop string included. Otherwise the text
 is tokenised once and the generation is marked ``ids_source="retokenized"``; :attr:`OpenAIBackend.fallback_note`
 then says so in one line, which the CLIs print once per run and put in the run's summary and report.
+
+A server that refuses token-id prompts (llama-cpp-python's answers HTTP 500) is probed once, in the generic
+``openai`` dialect only: the refused request is sent again as text and, if that works and the ids are refused a
+second time, every later prompt goes as text (said once in the log; such servers return no ids either, so the
+retokenized count covers those samples in the summary and the report headline).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class OpenAIBackend:
         self._client: httpx.AsyncClient | None = None
         self.retokenized = 0
         self.generations = 0
+        self.id_prompts: bool | None = None  # whether the server takes token-id prompts (None: not yet refused)
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -76,8 +82,9 @@ class OpenAIBackend:
         if not self.retokenized:
             return None
         name = self.dialect.name if self.dialect else self.engine
+        refused = "; it refused token-id prompts, so prompts were sent as text" if self.id_prompts is False else ""
         return (f"token ids retokenized from text for {self.retokenized} of {self.generations} generations: the "
-                f"engine ({name} dialect at {self.base_url}) returned no sampled ids, so training on these "
+                f"engine ({name} dialect at {self.base_url}) returned no sampled ids{refused}, so training on these "
                 "trajectories is not token-in-token-out (serve with vLLM, SGLang or llama-server, or pass --engine)")
 
     def request_body(self, prompt_ids: list[int], sampling: SamplingParams, dialect: Dialect | None = None,
@@ -101,11 +108,14 @@ class OpenAIBackend:
         last: str = ""
         async with self._sem:
             for attempt in range(self.retries + 1):
+                if self.id_prompts is False and isinstance(body.get("prompt"), list):
+                    body = {**body, "prompt": self.tok.decode(prompt_ids)}
                 try:
                     resp = await self._http().post(url, json=body)
                 except (httpx.TransportError, httpx.TimeoutException) as exc:
                     last = f"{type(exc).__name__}: {exc}"
                 else:
+                    resp = await self._text_if_ids_refused(dialect, url, body, prompt_ids, resp)
                     if resp.status_code == 200:
                         try:
                             parsed = dialect.parse(resp.json(), sampling)
@@ -122,6 +132,31 @@ class OpenAIBackend:
                 if attempt < self.retries:
                     await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
         raise BackendError(f"model server failed after {self.retries + 1} attempts: {last}")
+
+    async def _text_if_ids_refused(self, dialect: Dialect, url: str, body: dict[str, Any], prompt_ids: list[int],
+                                   resp: httpx.Response) -> httpx.Response:
+        """``resp``, or the answer to the same request with the prompt as text when the server refused the ids and
+        took the text (a generic OpenAI server not yet known to take ids; llama-cpp-python's answers 500 to ids)."""
+        if (resp.status_code == 200 or resp.status_code in (408, 409, 429) or self.id_prompts is not None
+                or dialect.name != "openai" or not isinstance(body.get("prompt"), list)):
+            return resp
+        try:
+            as_text = await self._http().post(url, json={**body, "prompt": self.tok.decode(prompt_ids)})
+            if as_text.status_code != 200:
+                return resp  # text fails too: the server is failing, not refusing the prompt's form
+            # ids once more: a server that failed once by chance must not turn the whole run to text prompts
+            again = await self._http().post(url, json=body)
+        except (httpx.TransportError, httpx.TimeoutException):
+            return resp
+        if again.status_code == 200:
+            self.id_prompts = True
+            return again
+        if self.id_prompts is None:
+            self.id_prompts = False
+            logger.warning("afm: the engine at %s refused token-id prompts (HTTP %d twice) and took the same prompt "
+                           "as text: prompts are sent as text from now on (the server tokenizes them itself); the "
+                           "run's summary and report count these samples", self.base_url, resp.status_code)
+        return as_text
 
     async def _dialect_or_retry(self) -> Dialect:
         """The dialect; a server that cannot be reached yet is asked again (with the request's retries)."""

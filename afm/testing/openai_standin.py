@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response
 
 from afm.testing.procs import ServerProcess, free_port
 
-DIALECTS = ("vllm", "llamacpp")
+DIALECTS = ("vllm", "llamacpp", "llamacpp-python")
 
 
 def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_path: str | None = None,
@@ -46,6 +46,10 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
     ``stop_type`` ``word``/``eos``/``limit`` and ``stopping_word``; a list of results when ``n > 1``); and
     ``/v1/completions`` with the stop string cut off, no ``stop_reason``, and ids only in ``logprobs.content[i].id``
     (``logprobs >= 1``) without the stop string's tokens.
+
+    ``dialect="llamacpp-python"`` (with a tokenizer) answers as llama-cpp-python's server (``python -m
+    llama_cpp.server``) does: a prompt given as token ids gets HTTP 500; a text prompt gets ``/v1/completions`` with
+    the stop string cut off, no ``stop_reason`` and no token ids; ``/v1/models`` says ``owned_by`` ``me``.
     """
     if dialect not in DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}; choose one of {', '.join(DIALECTS)}")
@@ -122,6 +126,10 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
         assert tok is not None
         ids, kind, stop, stop_ids = sample(body, spec, content, body.get("max_tokens"))
         finish = "length" if kind == "limit" else "stop"
+        if dialect == "llamacpp-python":  # the stop string is cut from the text and not named; no ids at all
+            kept = ids[: len(ids) - stop_ids]
+            return {"index": index, "text": tok.decode(kept, skip_special_tokens=True), "finish_reason": finish,
+                    "logprobs": None}
         if dialect == "llamacpp":  # the stop string is cut from the text and not named; ids only in logprobs
             kept = ids[: len(ids) - stop_ids]
             choice: dict[str, Any] = {"index": index, "text": tok.decode(kept, skip_special_tokens=True),
@@ -154,6 +162,12 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
             return JSONResponse({"error": {"message": "invalid JSON body", "type": "invalid_request_error"}}, 400)
         state["count"] += 1
         state["requests"].append({"path": request.url.path, "body": body, "time": time.time()})
+        prompt = body.get("prompt")
+        if dialect == "llamacpp-python" and kind == "text" and isinstance(prompt, list) and prompt \
+                and all(isinstance(i, int) for i in prompt):
+            # what llama-cpp-python's server answers to a token-id prompt (its request model takes a string)
+            return JSONResponse({"error": {"message": "Internal Server Error", "type": "internal_server_error"}},
+                                500)
         spec = pick(body)
         if spec.get("delay"):
             await asyncio.sleep(float(spec["delay"]))
@@ -206,7 +220,8 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "afm"}]}
+        owner = "me" if dialect == "llamacpp-python" else "afm"  # llama-cpp-python's answer
+        return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": owner}]}
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
