@@ -7,6 +7,8 @@
 #   BENCHMARKS            script            comma-separated benchmark names
 #   BACKEND               openai            openai | hf
 #   BASE_URL              http://127.0.0.1:10000/v1
+#   ENGINE                auto              the server's engine, as serve_model.sh's ENGINE: vllm, llamacpp, sglang,
+#                                           openai (any other); auto asks the server (evaluation/engine.sh)
 #   TOKENIZER             see below         the served model's tokenizer (token budgets are counted with it)
 #   N_SAMPLES             script            samples per question (avg@k, pass@k)
 #   TEMPERATURE, TOP_P, TOP_K, MAX_TURNS, MAX_RESPONSE_TOKENS, SEED, LIMIT   (afm eval run's defaults)
@@ -26,6 +28,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/knobs.sh"
 # shellcheck source=tokenizer.sh
 source "$ROOT/evaluation/tokenizer.sh"
+# shellcheck source=engine.sh
+source "$ROOT/evaluation/engine.sh"
 
 # afm_eval_help SCRIPT ARGS...: --help prints the script's own header, then the knobs above.
 afm_eval_help() {
@@ -48,17 +52,19 @@ run_eval() {
   afm_take_dry_run "$@"
   set -- "${AFM_ARGS[@]}"
   [[ -n ${MODEL:-} ]] || afm_die "set MODEL (served model name; BACKEND=hf: a model folder); --help lists the knobs"
-  local dry_run keep python tokenizer run_dir
+  local dry_run keep python tokenizer run_dir engine
   dry_run=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
   keep=$(afm_bool KEEP_TRAJECTORIES "${KEEP_TRAJECTORIES:-0}")
   python=$(afm_python "$ROOT")
   [[ ${BACKEND:-openai} == hf && -e $MODEL ]] && MODEL=$(afm_abs "$MODEL")
   tokenizer=$(afm_eval_tokenizer)
+  engine=$(afm_engine_arg)
   run_dir=$(afm_abs "$RUN_DIR")
   local cmd=("$python" -m afm.cli eval run --benchmarks "$benchmarks" --run-dir "$run_dir"
     --backend "${BACKEND:-openai}" --model "$MODEL" --base-url "${BASE_URL:-http://127.0.0.1:10000/v1}"
     --tokenizer "$tokenizer" --concurrency "${CONCURRENCY:-64}"
     --max-model-len "${MAX_MODEL_LEN:-32768}")
+  [[ -n $engine ]] && cmd+=(--engine "$engine")
   [[ -n "${N_SAMPLES:-}" ]] && cmd+=(--n "$N_SAMPLES")
   [[ -n "${TEMPERATURE:-}" ]] && cmd+=(--temperature "$TEMPERATURE")
   [[ -n "${TOP_P:-}" ]] && cmd+=(--top-p "$TOP_P")

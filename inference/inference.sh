@@ -13,6 +13,8 @@
 #   BACKEND               openai            openai (an OpenAI-compatible server) | hf (MODEL is a folder, run here)
 #   MODEL                 (required)        served model name (BACKEND=openai) or model folder (BACKEND=hf)
 #   BASE_URL              http://127.0.0.1:10000/v1
+#   ENGINE                auto              the server's engine, as serve_model.sh's ENGINE: vllm, llamacpp, sglang,
+#                                           openai (any other); auto asks the server (evaluation/engine.sh)
 #   TOKENIZER             see below         tokenizer folder or hub id (token budgets are counted with it)
 #   PROMPT                web_agent         system prompt key (web_agent, mhqa, code_agent, math_agent, ...)
 #   TOOLS, TOOLS_CONFIG   (prompt's tools)  comma-separated tool names; YAML of tool settings (web_agent: web_search,
@@ -48,6 +50,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/knobs.sh"
 # shellcheck source=../evaluation/tokenizer.sh
 source "$ROOT/evaluation/tokenizer.sh"
+# shellcheck source=../evaluation/engine.sh
+source "$ROOT/evaluation/engine.sh"
 afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
 afm_take_dry_run "$@"
 set -- "${AFM_ARGS[@]}"
@@ -61,6 +65,7 @@ BACKEND="${BACKEND:-openai}"
 [[ $BACKEND == hf && -e $MODEL ]] && MODEL=$(afm_abs "$MODEL")
 BASE_URL="${BASE_URL:-http://127.0.0.1:10000/v1}"
 TOKENIZER=$(afm_eval_tokenizer)
+ENGINE_ARG=$(afm_engine_arg)
 PROMPT="${PROMPT:-web_agent}"
 TOOLS="${TOOLS:-}"
 TOOLS_CONFIG=$(afm_abs "${TOOLS_CONFIG:-}")
@@ -81,6 +86,7 @@ cmd=("$PYTHON" -m afm.cli infer --input "$INPUT" --output "$OUTPUT" --backend "$
      --answer-key "$ANSWER_KEY")
 # The rollout limits only when set: their defaults live in one place (AgentConfig).
 afm_limit_flags cmd
+[[ -n "$ENGINE_ARG" ]] && cmd+=(--engine "$ENGINE_ARG")
 [[ -n "$TOOLS" ]] && cmd+=(--tools "$TOOLS")
 [[ -n "$TOOLS_CONFIG" ]] && cmd+=(--tools-config "$TOOLS_CONFIG")
 [[ -n "$SEED" ]] && cmd+=(--seed "$SEED")

@@ -263,3 +263,19 @@ def test_the_answer_column_knob_is_answer_key_everywhere(script, tmp_path):
         assert "--a-key old" in _run(script, cwd=tmp_path, **{**env, "ANSWER_KEY": "", "A_KEY": "old"}).stdout
         both = _run(script, cwd=tmp_path, **{**env, "A_KEY": "old"})
         assert "--a-key gold" in both.stdout and "A_KEY=old is ignored" in both.stderr
+
+
+def test_engine_knob_reaches_eval_and_inference(tmp_path):
+    """ENGINE, as serve_model.sh names the engine, becomes --engine of afm eval run / afm infer (BACKEND=openai);
+    unset it is left to afm's auto; an unknown engine stops with one line."""
+    base = {"MODEL": "m", "TOKENIZER": "t", "INPUT": "q.jsonl", "DRY_RUN": "1"}
+    for script in ("evaluation/eval_code_agent.sh", "evaluation/eval_mhqa.sh", "evaluation/eval_web_agent.sh",
+                   "inference/inference.sh"):
+        proc = _run(script, cwd=tmp_path, **base, ENGINE="llamacpp")
+        assert proc.returncode == 0, proc.stderr
+        assert _printed_flags(proc.stdout)["engine"] == "llamacpp"
+        assert "engine" not in _printed_flags(_run(script, cwd=tmp_path, **base).stdout)
+        assert "engine" not in _printed_flags(_run(script, cwd=tmp_path, **base, ENGINE="llamacpp",
+                                                   BACKEND="hf").stdout)
+        proc = _run(script, cwd=tmp_path, **base, ENGINE="llama")
+        assert proc.returncode == 2 and "ENGINE must be auto, vllm, sglang, llamacpp or openai" in proc.stderr
