@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Helpers shared by the launchers (sft_scripts/common.sh, experiments/common.sh) and the data, inference, evaluation
 # and server scripts for reading their environment-variable knobs. Sourced, never run. The SFT and RL launchers'
-# checks live in afm/sft/knobs.py and afm/rl/knobs.py (afm_run_module runs them).
+# checks live in afm/launch/sft.py and afm/rl/knobs.py (afm_run_module runs them).
 
 afm_die() {
   echo "[afm] error: $*" >&2
@@ -23,7 +23,8 @@ afm_bool() {
 }
 
 # ---- the original project's variable names -------------------------------------------------------------------------
-# afm_alias NEW OLD: the original's scripts spelled some knobs differently (DATA_DATA, TEMPALTE, ACTOR_LR, ...).
+# afm_alias NEW OLD: the original's scripts spelled some knobs differently (ACTOR_LR, TRAIN_BS, ...; the SFT
+# scripts' DATA_DATA, TEMPALTE, ... are applied by afm/launch/names.py, the same rules, tested against these).
 # When OLD is set and NEW is not, NEW takes OLD's value and one note says so; when both are set, NEW wins and a
 # warning says OLD was ignored. Array-style values of the original's grid-search scripts ("1e-5" or ("1e-5"))
 # arrive as plain strings, so surrounding parentheses and quotes are stripped.
@@ -179,7 +180,7 @@ afm_env_default() {
     }' "$file"
 }
 
-# afm_run_module PYTHON ROOT MODULE ARGS...: run afm's MODULE (e.g. afm.sft.knobs) with PYTHON from the checkout at
+# afm_run_module PYTHON ROOT MODULE ARGS...: run afm's MODULE (e.g. afm.launch.sft) with PYTHON from the checkout at
 # ROOT, whichever afm PYTHON may have installed, without putting ROOT on the PYTHONPATH of what MODULE starts.
 afm_run_module() {
   local python=$1 root=$2

@@ -8,15 +8,11 @@
 #   NODE_RANK=<0|1> MASTER_ADDR=<node 0 address> bash sft_scripts/dpo_qwen2.5_32b.sh   # on each of the 2 nodes
 #   NNODES=1 bash sft_scripts/dpo_qwen2.5_32b.sh                       # one node (with the offload DeepSpeed config)
 #
-# Defaults of this script (each one an environment variable):
-#   MODEL_PATH=Qwen/Qwen2.5-32B-Instruct  OUTPUT_DIR=saves/qwen2.5_32b_dpo (under the repo)
-#   DATASET=dpo_demo  (stage dpo)  LEARNING_RATE=1e-6 GRADIENT_ACCUMULATION=1 EPOCHS=4.0 CUTOFF_LEN=30000 NNODES=2
-# Start from your SFT model: MODEL_PATH=saves/AFM-WebAgent-32B-sft (say). DPO keeps a frozen reference model,
-# so it needs about twice the memory of SFT: two nodes, as the original, or the offload DeepSpeed config.
-# DPO knobs: PREF_BETA=0.1, PREF_LOSS=sigmoid.
-# Every other knob and its default (BATCH_SIZE=1, PRECISION=bf16, DeepSpeed ZeRO-3, IGNORE_OBSERVATION=true,
-# CUDA_VISIBLE_DEVICES, NODE_RANK, ...)
-# is listed in sft_scripts/common.sh and printed by: bash sft_scripts/dpo_qwen2.5_32b.sh --help
+# Its own values are the last two lines (the original's recipe). Start from your SFT model:
+# MODEL_PATH=saves/AFM-WebAgent-32B-sft (say). DPO keeps a frozen reference model, so it needs about twice the memory
+# of SFT: two nodes, as the original, or the offload DeepSpeed config.
+# Every other knob (the DPO ones: PREF_BETA, PREF_LOSS), with its default and help (afm/launch/sft.py declares
+# them): bash sft_scripts/dpo_qwen2.5_32b.sh --help
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # The original's DPO recipe (first commit only; STAGE=dpo with ZeRO-3 sat in its sft_qwen2.5_32b.sh, the two file

@@ -28,7 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "kvcache": set(),
     "table_io": set(),
     "env_defaults": set(),  # default ports and model names, read from environment.sh (the only place they are written)
-    "launch_knobs": set(),  # how launch-script knobs read (numbers, booleans, lists), for afm.sft/rl.knobs
+    "launch": set(),  # launch settings declared once (SFT/DPO), their checks, help and command (stdlib only)
+    "launch_knobs": {"launch"},  # moved to afm.launch; kept for the RL launcher's and the quickstart's imports
     "model": set(),  # pretrained models prepared for afm: GGUF reading, tokenizer rebuild, HF conversion, export
     "ray_scope": set(),  # a --local run's own Ray folder, stopped without ending other clusters (stdlib only)
     "names": set(),  # the one name normaliser (benchmarks, data sources, prompt keys)
@@ -41,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "rewards": {"trajectory", "sandbox", *UTILS},
     "eval": {"agent", "rewards", "trajectory", "tools", "prompts", "demo_content", *UTILS},
     "data": {"agent", "rewards", "trajectory", "tools", "prompts", *UTILS},
-    "sft": {"trajectory", "launch_knobs"},
+    "sft": {"trajectory", "launch"},  # afm.sft.knobs re-exports afm.launch.sft; the watchdog reads its variable
     # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.demo
     "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content", "launch_knobs"},
     # applications: the demo world, the quickstart, the CLI and the doctor sit on top

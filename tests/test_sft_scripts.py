@@ -316,20 +316,22 @@ def test_datasets_are_looked_up_as_dataset_info_keys_not_by_text(tmp_path):
 
 
 def test_the_settings_module_prints_the_exact_command_the_script_does():
-    """afm/sft/knobs.py is what the scripts run: called directly, its dry run is the script's, word for word."""
+    """afm/launch/sft.py is what the scripts run: called directly (also by its old name afm.sft.knobs), its dry run
+    is the script's, word for word."""
     env = {"CUDA_VISIBLE_DEVICES": "0", "LEARNING_RATE": "2e-6", "AFM_SFT": "/opt/afm/bin/afm-sft"}
     script = run_script("code_agent/sft_qwen2.5_7b.sh", env)
-    module = subprocess.run(
-        [sys.executable, "-m", "afm.sft.knobs", "--dry-run", "--stage=sft",
-         "--script=sft_scripts/code_agent/sft_qwen2.5_7b.sh",
-         f"--root={REPO}", f"--cwd={REPO}", "--model=Qwen/Qwen2.5-Coder-7B-Instruct",
-         "--output=saves/AFM-CodeAgent-7B-sft", "--dataset=code_agent_sft", "--default=LEARNING_RATE=3e-5",
-         "--default=GRADIENT_ACCUMULATION=4", "--default=EPOCHS=2.0", "--launcher=/opt/afm/bin/afm-sft"],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(REPO), **env}, cwd=REPO, capture_output=True, text=True,
-        timeout=60)
-    assert module.returncode == 0, module.stderr
-    assert module.stdout == script.stdout
-    assert flags(command_args(module.stdout))["learning_rate"] == "2e-6"  # the knob wins over the script default
+    for name in ("afm.launch.sft", "afm.sft.knobs"):
+        module = subprocess.run(
+            [sys.executable, "-m", name, "--dry-run", "--stage=sft",
+             "--script=sft_scripts/code_agent/sft_qwen2.5_7b.sh",
+             f"--root={REPO}", f"--cwd={REPO}", "--model=Qwen/Qwen2.5-Coder-7B-Instruct",
+             "--output=saves/AFM-CodeAgent-7B-sft", "--dataset=code_agent_sft", "--default=LEARNING_RATE=3e-5",
+             "--default=GRADIENT_ACCUMULATION=4", "--default=EPOCHS=2.0", "--launcher=/opt/afm/bin/afm-sft"],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(REPO), **env}, cwd=REPO, capture_output=True, text=True,
+            timeout=60)
+        assert module.returncode == 0, (name, module.stderr)
+        assert module.stdout == script.stdout, name
+        assert flags(command_args(module.stdout))["learning_rate"] == "2e-6"  # the knob wins over the script default
 
 
 # ---- a real launch, with a fake launcher -----------------------------------------------------------------------

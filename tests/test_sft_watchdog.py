@@ -4,7 +4,7 @@ one line from a node log that holds the watchdog's line. The staged hang runs in
 
 from __future__ import annotations
 
-from afm.sft.multinode import failure_line, hang_env
+from afm.launch.multinode import failure_line, hang_env
 from afm.sft.watchdog import verdict
 
 

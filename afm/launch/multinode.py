@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import signal
 
+# The variable every rank reads to run the watchdog (afm/sft/watchdog.py), set by the launch.
+HANG_ENV = "AFM_SFT_HANG_TIMEOUT"
 DEFAULT_JOIN_TIMEOUT = "600"  # torch.distributed.elastic's static rendezvous default
 # A rank at one point of a step this long stops the job; above any real step (a 32k-token step of a 32B model takes
 # minutes), far below DDP_TIMEOUT (years: rank 0 preprocesses while the others wait). Saving is not judged.
@@ -26,8 +28,6 @@ def rendezvous_env(join_timeout: str) -> dict[str, str]:
 
 def hang_env(hang_timeout: str) -> dict[str, str]:
     """What every rank reads to run the watchdog (afm/sft/watchdog.py); nothing for 0 (off)."""
-    from afm.sft.watchdog import HANG_ENV
-
     return {HANG_ENV: hang_timeout} if hang_timeout.strip("0") else {}
 
 

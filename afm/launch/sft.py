@@ -1,12 +1,12 @@
-"""The SFT/DPO scripts' knobs (sft_scripts/common.sh): typed settings with their defaults, the checks, and the
-``afm-sft`` command they make.
+"""The SFT/DPO launch: every knob of the sft_scripts declared once (:class:`SftSettings`: default, variable, help,
+check), the original project's names, and the ``afm-sft`` command they make.
 
-The scripts stay lists of knobs a user edits; sft_scripts/common.sh applies the original project's names, the
-script's own defaults and the misspelling check, finds the launcher, then runs this module with the launcher's
-python. Everything else happens here, once: reading and checking every knob (a bad one stops the launch with a
-message naming it, before anything starts), the processes and GPUs, the attention kernel, the LLaMA-Factory flags,
-and the launch itself (or, with ``--dry-run`` / ``DRY_RUN=1``, the exact command printed). Standard library only, so
-any python 3.10+ can run it: ``python -m afm.sft.knobs --help``.
+The scripts stay lists of values a user edits; sft_scripts/common.sh finds the launcher and runs this module with
+the launcher's python. Everything else happens here, once: the original's names and the misspelling check, reading
+and checking every knob (a bad one stops the launch with a message naming it, before anything starts), the
+processes and GPUs, the attention kernel, the LLaMA-Factory flags, ``--help``, and the launch itself (or, with
+``--dry-run`` / ``DRY_RUN=1``, the exact command printed). Standard library only, so any python 3.10+ can run it:
+``python -m afm.launch.sft --help``.
 """
 
 from __future__ import annotations
@@ -19,34 +19,38 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from afm.launch_knobs import (
-    KnobError,
-    is_number,
-    is_posint,
-    is_uint,
-    parse_bool,
-    run_logged,
-    shell_status,
-    split_list,
-)
-from afm.sft.multinode import (
+from afm.launch.command import bash_quote, format_command, run_logged, shell_status
+from afm.launch.multinode import (
     DEFAULT_HANG_TIMEOUT,
     DEFAULT_JOIN_TIMEOUT,
     failure_line,
     hang_env,
     rendezvous_env,
 )
+from afm.launch.names import apply_aliases, misspelt
+from afm.launch.settings import (
+    Check,
+    check_fields,
+    default_of,
+    knob,
+    knobs,
+    number,
+    one_of,
+    positive_int,
+    table,
+    whole,
+)
+from afm.launch.values import KnobError, is_number, is_posint, is_uint, parse_bool, split_list
+
+__all__ = ["ORIGINAL_NAMES", "Launch", "SftSettings", "absolute", "bash_quote", "format_command", "main", "plan", "run",
+           "usage"]
 
 STAGES = ("sft", "dpo")
-FINETUNING_TYPES = ("full", "freeze", "lora")
-PRECISIONS = ("bf16", "fp16", "fp32")
-ATTN_IMPLS = ("auto", "fa2", "fa3", "sdpa", "eager")
-SAVE_STRATEGIES = ("no", "steps", "epoch")
-OBSERVATION_CHECKS = ("tags", "observation", "none")
 PREF_LOSSES = ("sigmoid", "hinge", "ipo", "kto_pair", "orpo", "simpo")
 REPORTERS = ("none", "swanlab", "wandb", "tensorboard")
 # SWANLAB_* variable -> the LLaMA-Factory flag it becomes (passed only when set).
@@ -54,6 +58,15 @@ SWANLAB_FLAGS = (("SWANLAB_PROJECT", "swanlab_project"), ("SWANLAB_WORKSPACE", "
                  ("SWANLAB_RUN_NAME", "swanlab_run_name"), ("SWANLAB_MODE", "swanlab_mode"),
                  ("SWANLAB_LOG_DIR", "swanlab_logdir"))
 TORCHRUN_VARS = ("FORCE_TORCHRUN", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE")
+# The original project's names (original -> afm knob), in the order the launch notes them.
+ORIGINAL_NAMES = {"DATA_DATA": "DATASET", "TEMPALTE": "TEMPLATE", "LEARNING_RATES": "LEARNING_RATE",
+                  "WARMUP_RATIOS": "WARMUP_RATIO", "GRADIENT_ACCUMULATIONS": "GRADIENT_ACCUMULATION",
+                  "BATCH_SIZES": "BATCH_SIZE", "OUTPUT_DIR_BASE": "OUTPUT_DIR",
+                  "ignore_observation": "IGNORE_OBSERVATION", "ignore_observation_token": "IGNORE_OBSERVATION_TOKEN",
+                  "finetuning_type": "FINETUNING_TYPE"}
+# Variables the scripts read that are no settings field: the original's RANK (NODE_RANK's fallback), the
+# launcher's environment (sft_scripts/common.sh) and SwanLab's own.
+OTHER_NAMES = ("RANK", "AFM_VENV", *(var for var, _ in SWANLAB_FLAGS), "SWANLAB_API_KEY")
 
 _TAG = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -64,38 +77,6 @@ def absolute(path: str, cwd: str) -> str:
     if path.startswith("/"):
         return path
     return f"{cwd.rstrip('/')}/{path[2:] if path.startswith('./') else path}"
-
-
-def bash_quote(word: str) -> str:
-    """``word`` as bash's ``printf %q`` writes it (C locale), so the printed command is the one bash would print."""
-    if word == "":
-        return "''"
-    if any(not (32 <= ord(c) < 127) for c in word):
-        out = []
-        for byte in word.encode():
-            char = chr(byte)
-            escapes = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r",
-                       "\x1b": "\\E", "'": "\\'", "\\": "\\\\"}
-            out.append(escapes.get(char) or (char if 32 <= byte < 127 else f"\\{byte:03o}"))
-        return "$'" + "".join(out) + "'"
-    out = []
-    for i, char in enumerate(word):
-        special = char in " \t\n'\"\\|&;()<>!{}*[?]^$`,"
-        leading = (char == "#" and i == 0) or (char == "~" and (i == 0 or word[i - 1] in "=:"))
-        out.append("\\" + char if special or leading else char)
-    return "".join(out)
-
-
-def format_command(argv: Sequence[str]) -> str:
-    """A command one ``--flag value`` per line, shell-quoted, as a copy-pasteable block."""
-    out = ""
-    for arg in argv:
-        if out and arg.startswith("--"):
-            out += " \\\n    "
-        elif out:
-            out += " "
-        out += bash_quote(arg)
-    return out
 
 
 def visible_gpus(env: Mapping[str, str]) -> int:
@@ -117,158 +98,171 @@ def has_module(name: str) -> bool:
 
 
 # ---- the settings --------------------------------------------------------------------------------------------------
+# Values stay strings as typed: the command carries them verbatim (EPOCHS=4.0 is --num_train_epochs 4.0).
 @dataclass
 class SftSettings:
-    """Every knob of sft_scripts/common.sh with its default (a script's own defaults come in ``script_defaults``)."""
+    """Every knob of the SFT/DPO scripts, in the order of the --help table and of the checks. "script" in the table
+    means the script's own default (``script_defaults``, or the script's model, output and dataset)."""
 
     stage: str
     script: str
     root: str  # the repository
     cwd: str  # where the script was started: relative paths the user gives are taken from here
-    model_path: str
-    output_dir: str
-    dataset: str
-    dataset_dir: str = ""  # default <root>/data
-    template: str = "qwen"
-    learning_rate: str = "1e-6"
-    batch_size: str = "1"
-    gradient_accumulation: str = "8"
-    epochs: str = "4.0"
-    lr_scheduler: str = "linear"
-    warmup_steps: str = "0"
-    warmup_ratio: str = "0"
-    attn_impl: str = "auto"
-    precision: str = "bf16"
-    finetuning_type: str = "full"
-    cutoff_len: str = "32768"
-    packing: bool = False
-    ignore_observation: bool = True
-    save_only_model: bool = True
-    observation_token: str = "observation"
-    observation_check: str = "observation"
-    pref_beta: str = "0.1"
-    pref_loss: str = "sigmoid"
-    deepspeed: str = ""  # default <root>/configs/deepspeed/ds_z3_config.json; "" = no DeepSpeed
-    save_strategy: str = "epoch"
-    logging_steps: str = "10"
-    num_workers: str = "16"
-    ddp_timeout: str = "180000000"
-    report_to: str = "none"
-    nnodes: str = "1"
-    node_rank: str = "0"
-    master_addr: str = "127.0.0.1"
-    master_port: str = "29500"
-    nproc_per_node: str = ""  # "" = the GPUs seen
-    join_timeout: str = DEFAULT_JOIN_TIMEOUT  # seconds a node waits for the others (torchrun's rendezvous)
-    hang_timeout: str = DEFAULT_HANG_TIMEOUT  # seconds a rank may stay at one point of a step (afm/sft/watchdog.py)
-    extra_args: list[str] = field(default_factory=list)
-    dry_run: bool = False
-    mask_report: str = "0"
-    stage_knob: str = ""  # STAGE as the user set it (the script fixes the stage)
+    model_path: str = knob("MODEL_PATH", "", "HF hub id or local folder of the model to fine-tune", shown="script")
+    output_dir: str = knob(
+        "OUTPUT_DIR", "", "checkpoints, training.log, afm_mask_report_*.json; the default is under the\n"
+        "repo root (saves/AFM-...-sft, what the RL scripts start from); a relative\n"
+        "value you give is taken from the current directory", shown="script")
+    dataset: str = knob("DATASET", "", "name(s) from $DATASET_DIR/dataset_info.json, comma-separated", shown="script")
+    dataset_dir: str = knob("DATASET_DIR", "data", "folder holding dataset_info.json (see data/README.md)",
+                            shown="<repo>/{}")  # under the repository
+    template: str = knob("TEMPLATE", "qwen", "LLaMA-Factory chat template")
+    learning_rate: str = knob("LEARNING_RATE", "1e-6", "the value in brackets applies where a script sets none",
+                              check=number("1e-6"), shown="script ({})")
+    batch_size: str = knob("BATCH_SIZE", "1", "per-device train batch size", check=positive_int())
+    gradient_accumulation: str = knob(
+        "GRADIENT_ACCUMULATION", "8", "global batch = BATCH_SIZE x GRADIENT_ACCUMULATION x GPUs x NNODES",
+        check=positive_int(), shown="script ({})")
+    epochs: str = knob("EPOCHS", "4.0", "", check=number("4.0"), shown="script ({})")
+    lr_scheduler: str = knob("LR_SCHEDULER", "linear",
+                             "transformers lr_scheduler_type (linear, cosine, constant_with_warmup, ...)")
+    warmup_ratio: str = knob(
+        "WARMUP_RATIO", "0", "warmup as a fraction of the optimizer steps (--warmup_ratio)",
+        check=Check(lambda v: is_number(v) and float(v) < 1, "a fraction of the steps, 0 <= {name} < 1"),
+        shown="script ({})")
+    warmup_steps: str = knob("WARMUP_STEPS", "0", "warmup optimizer steps; > 0 wins over WARMUP_RATIO (transformers' rule)",
+                             check=whole("a whole number of steps"))
+    finetuning_type: str = knob("FINETUNING_TYPE", "full", "full | freeze | lora (LLaMA-Factory --finetuning_type)",
+                                check=one_of(("full", "freeze", "lora")))
+    precision: str = knob("PRECISION", "bf16", "bf16 | fp16 | fp32 (fp32 passes neither --bf16 nor --fp16)",
+                          check=one_of(("bf16", "fp16", "fp32")))
+    cutoff_len: str = knob(
+        "CUTOFF_LEN", "32768", "max tokens per sample (prompt + response); longer ones are truncated and a\n"
+        "sample cut inside an observation is dropped (see the mask report)", check=positive_int(),
+        shown="script ({})")
+    packing: bool = knob("PACKING", False, "(sft only) pack samples into cutoff_len rows; masking still applies")
+    ignore_observation: bool = knob("IGNORE_OBSERVATION", True,
+                                    "mask <observation>...</observation> (and the whitespace around it)")
+    observation_token: str = knob(
+        "IGNORE_OBSERVATION_TOKEN", "observation", "bare tag name of the masked span",
+        check=Check(lambda v: bool(_TAG.match(v)), "a bare tag name such as observation, not <observation>"))
+    observation_check: str = knob(
+        "IGNORE_OBSERVATION_CHECK", "observation",
+        "drop broken samples: observation (masked tag) | tags (any CoA tag, strict) | none",
+        check=one_of(("tags", "observation", "none")))
+    pref_beta: str = knob("PREF_BETA", "0.1", "(dpo only) DPO beta", check=number("0.1"), stage="dpo")
+    pref_loss: str = knob("PREF_LOSS", "sigmoid", "(dpo only) " + " | ".join(PREF_LOSSES),
+                          check=one_of(PREF_LOSSES, "one of " + ", ".join(PREF_LOSSES)), stage="dpo")
+    deepspeed: str = knob(
+        "DEEPSPEED_CONFIG", "configs/deepspeed/ds_z3_config.json",  # under the repository; "" = no DeepSpeed
+        "\nZeRO-3; ds_z3_offload_config.json adds CPU offload; empty = no DeepSpeed.\n"
+        "ZeRO-3 needs the `deepspeed` package (extra: pip install -e .[deepspeed]);\n"
+        "the dry run and `afm doctor` say when it is missing", shown="<repo>/{}")
+    attn_impl: str = knob(
+        "ATTN_IMPL", "auto", "auto: fa2 (FlashAttention-2) when a GPU is visible and flash_attn imports,\n"
+        "else sdpa; or fa2 | sdpa | eager (LLaMA-Factory --flash_attn); the\nchoice is printed",
+        check=one_of(("auto", "fa2", "fa3", "sdpa", "eager")))
+    save_strategy: str = knob("SAVE_STRATEGY", "epoch", "no | steps | epoch", check=one_of(("no", "steps", "epoch")))
+    save_only_model: bool = knob("SAVE_ONLY_MODEL", True, "checkpoints without optimizer state (smaller, but not resumable)")
+    logging_steps: str = knob("LOGGING_STEPS", "10", "", check=positive_int())
+    num_workers: str = knob("PREPROCESSING_NUM_WORKERS", "16", "processes that tokenize and mask the dataset",
+                            check=positive_int())
+    ddp_timeout: str = knob("DDP_TIMEOUT", "180000000", "seconds; rank 0 preprocesses while the other ranks wait",
+                            check=positive_int("a positive number of seconds"))
+    report_to: str = knob(
+        "REPORT_TO", "none", "none | swanlab | wandb | tensorboard (comma-separated for several);\n"
+        "swanlab reads SWANLAB_API_KEY from the environment and gets\n"
+        "--swanlab_project/--swanlab_workspace/--swanlab_run_name/--swanlab_mode/\n"
+        "--swanlab_logdir only for those of SWANLAB_PROJECT/_WORKSPACE/_RUN_NAME/\n"
+        "_MODE/_LOG_DIR that are set (SWANLAB_MODE=local: offline, no account;\n"
+        "install it with the swanlab extra);\n"
+        "wandb reads WANDB_API_KEY and WANDB_PROJECT itself. Keys are never printed.")
+    visible_devices: str | None = knob("CUDA_VISIBLE_DEVICES", None,  # None: unset (every GPU of the node)
+                                       "used as given when set; otherwise every GPU of the node", shown="(kept)")
+    nnodes: str = knob("NNODES", "1", "nodes in the job; run the script once on every node", check=positive_int(),
+                       shown="script ({})")
+    node_rank: str = knob("NODE_RANK", "0", "0 .. NNODES-1 (schedulers that export RANK per node need nothing else)",
+                          shown="$RANK or {}")  # checked against NNODES in check()
+    master_addr: str = knob("MASTER_ADDR", "127.0.0.1",
+                            "address of node 0, reachable from every node (set it when NNODES > 1)")
+    master_port: str = knob("MASTER_PORT", "29500", "",
+                            check=Check(lambda v: is_uint(v) and 0 < int(v) <= 65535, "a port number"))
+    nproc_per_node: str = knob(
+        "NPROC_PER_NODE", "", "processes per node: the GPUs in CUDA_VISIBLE_DEVICES, else nvidia-smi -L",
+        shown="(GPUs seen)", check=Check(lambda v: not v or is_posint(v), "a positive integer"))
+    join_timeout: str = knob(
+        "JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT, "(NNODES > 1) seconds a node waits for the others to join (torchrun's\n"
+        "rendezvous); then it stops with one line saying which side is missing",
+        check=positive_int("a positive number of seconds"))
+    hang_timeout: str = knob(
+        "HANG_TIMEOUT", DEFAULT_HANG_TIMEOUT, "(several processes) seconds a rank may stay at one point of a step (its\n"
+        "batch, forward, backward, logging); then every rank stops and each node\n"
+        "prints one line naming the rank that held the others up, what it was\n"
+        "doing and what to check. Saving and evaluating are not judged; 0 = off\n"
+        "(the others then wait DDP_TIMEOUT)", check=whole("a whole number of seconds, 0 = off"))
+    extra_args: str = knob(
+        "EXTRA_ARGS", "", "more LLaMA-Factory flags, split on whitespace and appended; arguments\n"
+        "given to the script are appended after them (the last value of a flag wins)", shown="(empty)")
+    afm_sft: str = knob(
+        "AFM_SFT", "afm-sft", "the launcher command (falls back to <repo>/.venv/bin/afm-sft, or\n"
+        "$AFM_VENV/bin/afm-sft, when afm-sft is not on PATH)")  # found by sft_scripts/common.sh
+    dry_run: bool = knob("DRY_RUN", False, "1 (or the --dry-run argument): print the resolved environment and\n"
+                         "command, run nothing", shown="0")
+    mask_report: str = knob(
+        "MASK_REPORT", "0", "N > 0: run `afm-sft mask-report --show N` on the same flags (tokenize and\n"
+        "mask the data, print the counts and N samples, no model, no GPU) and stop",
+        check=whole("a number of samples to show, 0 = off"))
+    stage_knob: str = knob("STAGE", "")  # as the user set it: the script fixes the stage
     env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, stage: str, script: str, root: str, cwd: str, model_path: str,
                  output_dir: str, dataset: str, script_defaults: Mapping[str, str] | None = None) -> SftSettings:
-        """The settings from the knobs in ``env`` over ``script_defaults`` over the defaults above."""
+        """The settings from the knobs in ``env`` over ``script_defaults`` (and the script's model, output and
+        dataset) over the declared defaults. A knob set but empty takes its default."""
         env = dict(env)
         for name, value in (script_defaults or {}).items():
             if not env.get(name):  # a knob the user left unset or empty takes the script's default
                 env[name] = value
-
-        def knob(name: str, default: str) -> str:
-            return env.get(name) or default
-
-        model = knob("MODEL_PATH", model_path)
+        values: dict[str, object] = {}
+        for f, k in knobs(cls):
+            value = env.get(k.env) or f.default
+            # The booleans read in declaration order: the first bad one is named.
+            values[f.name] = parse_bool(k.env, value) if isinstance(f.default, bool) and isinstance(value, str) \
+                else value
+        model = env.get("MODEL_PATH") or model_path
         # A relative MODEL_PATH that exists here is a local folder; anything else is a hub id.
         if not model.startswith("/") and os.path.exists(os.path.join(cwd, model)):
             model = absolute(model, cwd)
-        dataset_dir = knob("DATASET_DIR", f"{root}/data")
-        if dataset_dir != "ONLINE":
-            dataset_dir = absolute(dataset_dir, cwd)
-        # PACKING, IGNORE_OBSERVATION, SAVE_ONLY_MODEL and DRY_RUN are read in this order (the first bad one is named).
-        packing = parse_bool("PACKING", knob("PACKING", "false"))
-        ignore_observation = parse_bool("IGNORE_OBSERVATION", knob("IGNORE_OBSERVATION", "true"))
-        save_only_model = parse_bool("SAVE_ONLY_MODEL", knob("SAVE_ONLY_MODEL", "true"))
-        dry_run = parse_bool("DRY_RUN", knob("DRY_RUN", "0"))
-        return cls(
-            stage=stage, script=script, root=root, cwd=cwd, model_path=model,
+        dataset_dir = env.get("DATASET_DIR") or f"{root}/{values['dataset_dir']}"
+        values.update(
+            model_path=model,
             output_dir=absolute(env["OUTPUT_DIR"], cwd) if env.get("OUTPUT_DIR") else f"{root}/{output_dir}",
-            dataset=knob("DATASET", dataset), dataset_dir=dataset_dir, template=knob("TEMPLATE", "qwen"),
-            learning_rate=knob("LEARNING_RATE", "1e-6"), batch_size=knob("BATCH_SIZE", "1"),
-            gradient_accumulation=knob("GRADIENT_ACCUMULATION", "8"), epochs=knob("EPOCHS", "4.0"),
-            lr_scheduler=knob("LR_SCHEDULER", "linear"), warmup_steps=knob("WARMUP_STEPS", "0"),
-            warmup_ratio=knob("WARMUP_RATIO", "0"), attn_impl=knob("ATTN_IMPL", "auto"),
-            precision=knob("PRECISION", "bf16"), finetuning_type=knob("FINETUNING_TYPE", "full"),
-            cutoff_len=knob("CUTOFF_LEN", "32768"), packing=packing, ignore_observation=ignore_observation,
-            save_only_model=save_only_model, observation_token=knob("IGNORE_OBSERVATION_TOKEN", "observation"),
-            observation_check=knob("IGNORE_OBSERVATION_CHECK", "observation"), pref_beta=knob("PREF_BETA", "0.1"),
-            pref_loss=knob("PREF_LOSS", "sigmoid"),
-            # Unset = ZeRO-3; set but empty switches DeepSpeed off.
-            deepspeed=env.get("DEEPSPEED_CONFIG", f"{root}/configs/deepspeed/ds_z3_config.json"),
-            save_strategy=knob("SAVE_STRATEGY", "epoch"), logging_steps=knob("LOGGING_STEPS", "10"),
-            num_workers=knob("PREPROCESSING_NUM_WORKERS", "16"), ddp_timeout=knob("DDP_TIMEOUT", "180000000"),
-            report_to=knob("REPORT_TO", "none"), nnodes=knob("NNODES", "1"),
+            dataset=env.get("DATASET") or dataset,
+            dataset_dir=dataset_dir if dataset_dir == "ONLINE" else absolute(dataset_dir, cwd),
+            # Unset = the repository's ZeRO-3 config; set but empty switches DeepSpeed off.
+            deepspeed=env.get("DEEPSPEED_CONFIG", f"{root}/{values['deepspeed']}"),
+            visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
             # The original read the node's rank from RANK (set by its scheduler); NODE_RANK wins when both are set.
-            node_rank=knob("NODE_RANK", knob("RANK", "0")), master_addr=knob("MASTER_ADDR", "127.0.0.1"),
-            master_port=knob("MASTER_PORT", "29500"), nproc_per_node=knob("NPROC_PER_NODE", ""),
-            join_timeout=knob("JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT), hang_timeout=knob("HANG_TIMEOUT", DEFAULT_HANG_TIMEOUT),
-            extra_args=(env.get("EXTRA_ARGS") or "").split(), dry_run=dry_run, mask_report=knob("MASK_REPORT", "0"),
-            stage_knob=knob("STAGE", ""), env=env,
+            node_rank=env.get("NODE_RANK") or env.get("RANK") or values["node_rank"],
         )
+        return cls(stage=stage, script=script, root=root, cwd=cwd, env=env, **values)
 
     # -- checks (before anything starts) -----------------------------------------------------------------------
     def check(self) -> None:
         """Raise :class:`KnobError` for the first knob that cannot work."""
-
-        def one_of(name: str, value: str, options: Sequence[str], words: str) -> None:
-            if value not in options:
-                raise KnobError(f"{name} must be {words} (got '{value}')")
-
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise KnobError(message)
-
         if self.stage not in STAGES:
             raise KnobError(f"stage must be sft or dpo (got '{self.stage}')")
         if self.stage_knob and self.stage_knob.lower() != self.stage:
             raise KnobError(f"STAGE={self.stage_knob}, but {self.script} trains stage {self.stage} (DPO: "
                             "sft_scripts/dpo_qwen2.5_32b.sh; SFT: the sft_scripts/<agent>/ scripts)")
-        one_of("FINETUNING_TYPE", self.finetuning_type, FINETUNING_TYPES, "full, freeze or lora")
-        one_of("PRECISION", self.precision, PRECISIONS, "bf16, fp16 or fp32")
-        need(is_number(self.learning_rate), f"LEARNING_RATE must be a number such as 1e-6 (got '{self.learning_rate}')")
-        need(is_number(self.epochs), f"EPOCHS must be a number such as 4.0 (got '{self.epochs}')")
-        for name, value in (("BATCH_SIZE", self.batch_size), ("GRADIENT_ACCUMULATION", self.gradient_accumulation),
-                            ("CUTOFF_LEN", self.cutoff_len)):
-            need(is_posint(value), f"{name} must be a positive integer (got '{value}')")
-        need(is_uint(self.warmup_steps), f"WARMUP_STEPS must be a whole number of steps (got '{self.warmup_steps}')")
-        need(is_number(self.warmup_ratio) and float(self.warmup_ratio) < 1,
-             f"WARMUP_RATIO must be a fraction of the steps, 0 <= WARMUP_RATIO < 1 (got '{self.warmup_ratio}')")
-        one_of("ATTN_IMPL", self.attn_impl, ATTN_IMPLS, "auto, fa2, fa3, sdpa or eager")
-        need(is_posint(self.logging_steps), f"LOGGING_STEPS must be a positive integer (got '{self.logging_steps}')")
-        need(is_posint(self.num_workers),
-             f"PREPROCESSING_NUM_WORKERS must be a positive integer (got '{self.num_workers}')")
-        need(is_posint(self.ddp_timeout),
-             f"DDP_TIMEOUT must be a positive number of seconds (got '{self.ddp_timeout}')")
-        need(is_uint(self.mask_report),
-             f"MASK_REPORT must be a number of samples to show, 0 = off (got '{self.mask_report}')")
-        one_of("SAVE_STRATEGY", self.save_strategy, SAVE_STRATEGIES, "no, steps or epoch")
-        one_of("IGNORE_OBSERVATION_CHECK", self.observation_check, OBSERVATION_CHECKS, "tags, observation or none")
-        need(bool(_TAG.match(self.observation_token)), "IGNORE_OBSERVATION_TOKEN must be a bare tag name such as "
-             f"observation, not <observation> (got '{self.observation_token}')")
-        if self.stage == "dpo":
-            need(is_number(self.pref_beta), f"PREF_BETA must be a number such as 0.1 (got '{self.pref_beta}')")
-            one_of("PREF_LOSS", self.pref_loss, PREF_LOSSES, "one of " + ", ".join(PREF_LOSSES))
-        need(is_posint(self.nnodes), f"NNODES must be a positive integer (got '{self.nnodes}')")
-        need(is_uint(self.node_rank) and int(self.node_rank) < int(self.nnodes),
-             f"NODE_RANK must be 0 .. NNODES-1 = {int(self.nnodes) - 1} (got '{self.node_rank}')")
-        need(is_posint(self.master_port) and int(self.master_port) <= 65535,
-             f"MASTER_PORT must be a port number (got '{self.master_port}')")
-        need(is_posint(self.join_timeout),
-             f"JOIN_TIMEOUT must be a positive number of seconds (got '{self.join_timeout}')")
-        need(is_uint(self.hang_timeout),
-             f"HANG_TIMEOUT must be a whole number of seconds, 0 = off (got '{self.hang_timeout}')")
-        need(bool(self.model_path), "MODEL_PATH is empty")
+        message = check_fields(self, self.stage)
+        if message:
+            raise KnobError(message)
+        if not (is_uint(self.node_rank) and int(self.node_rank) < int(self.nnodes)):
+            raise KnobError(f"NODE_RANK must be 0 .. NNODES-1 = {int(self.nnodes) - 1} (got '{self.node_rank}')")
+        if not self.model_path:
+            raise KnobError("MODEL_PATH is empty")
         if self.deepspeed and not os.path.isfile(os.path.join(self.cwd, self.deepspeed)):
             raise KnobError(f"DEEPSPEED_CONFIG file not found: {self.deepspeed} (set DEEPSPEED_CONFIG= to train "
                             "without DeepSpeed)")
@@ -295,11 +289,7 @@ class SftSettings:
     # -- derived values ----------------------------------------------------------------------------------------
     def processes(self, gpus: int) -> int:
         """Processes on this node: NPROC_PER_NODE, else the GPUs seen, else one."""
-        if self.nproc_per_node:
-            if not is_posint(self.nproc_per_node):
-                raise KnobError(f"NPROC_PER_NODE must be a positive integer (got '{self.nproc_per_node}')")
-            return int(self.nproc_per_node)
-        return gpus if gpus > 0 else 1
+        return int(self.nproc_per_node) if self.nproc_per_node else (gpus if gpus > 0 else 1)
 
     def tracking(self) -> tuple[str, list[str]]:
         """(--report_to value, SwanLab flags) from REPORT_TO."""
@@ -318,7 +308,7 @@ class SftSettings:
                 if (not self.env.get("SWANLAB_API_KEY") and (self.env.get("SWANLAB_MODE") or "cloud") != "local"
                         and not self.dry_run):
                     warn("REPORT_TO=swanlab without SWANLAB_API_KEY: swanlab needs a previous 'swanlab login'")
-            elif item in ("wandb", "tensorboard"):
+            elif item in REPORTERS:
                 reporters.append(item)
             else:
                 raise KnobError("REPORT_TO must be none, swanlab, wandb or tensorboard, comma-separated "
@@ -368,6 +358,42 @@ def _word(flag: bool) -> str:
     return "true" if flag else "false"
 
 
+def known_names() -> list[str]:
+    """Every variable the SFT scripts read (for the misspelling check): the knobs, the original's names, the rest."""
+    return [*(k.env for _, k in knobs(SftSettings)), *ORIGINAL_NAMES, *OTHER_NAMES]
+
+
+def usage(script: str, defaults: Mapping[str, str]) -> str:
+    """``bash <script> --help``: how to call it, its own defaults, then every knob."""
+    shown = "".join(f"  {name:<24} {value}\n" for name, value in defaults.items())
+    originals = textwrap.fill(
+        "The original project's names are accepted as aliases (a note says so): "
+        + ", ".join(f"{old} ({new})" for old, new in ORIGINAL_NAMES.items())
+        + " (OUTPUT_DIR_BASE without the original's grid-search subfolder); STAGE is the script's own (sft, or dpo in"
+        " dpo_qwen2.5_32b.sh) and a different value is refused. An exported variable spelt like a knob but not one"
+        " (LEARNNG_RATE) gets a warning.", width=116)
+    return f"""usage: [VAR=value ...] bash {script} [extra LLaMA-Factory flags ...]
+
+defaults of this script:
+{shown}
+Full fine-tuning (or DPO) with LLaMA-Factory through `afm-sft train`, <observation> spans masked from the loss.
+Every knob is an environment variable; the value in the second column is the default. "script" means the
+script's own default (listed above; the table in docs/original_mapping.md lists them all). The knobs are declared,
+checked and turned into the afm-sft command by afm/launch/sft.py (SftSettings), which sft_scripts/common.sh runs
+with the launcher's python; `python -m afm.launch.sft --help` shows how to call it directly.
+
+{table(SftSettings)}
+{originals}
+
+The command is printed before it runs, OUTPUT_DIR is created and everything is appended to
+$OUTPUT_DIR/training.log ($OUTPUT_DIR/training.node<R>.log on node R > 0).
+With more than one process, more than one node or DeepSpeed, FORCE_TORCHRUN=1 and NNODES, NODE_RANK, MASTER_ADDR,
+MASTER_PORT, NPROC_PER_NODE are exported: LLaMA-Factory then starts torchrun itself.
+LLaMA-Factory re-joins the arguments with spaces for torchrun, so no value may contain whitespace.
+
+"""
+
+
 # ---- the launch ----------------------------------------------------------------------------------------------------
 @dataclass
 class Launch:
@@ -409,7 +435,7 @@ def plan(settings: SftSettings, launcher: Sequence[str], tail: Sequence[str], py
     train_only += ["--flash_attn", "disabled" if attn == "eager" else attn, "--report_to", report_flag, *tracking]
     if s.deepspeed:
         train_only += ["--deepspeed", s.deepspeed]
-    tail = [*s.extra_args, *tail]
+    tail = [*s.extra_args.split(), *tail]
     for arg in (*flags, *train_only, *tail):
         if not arg or re.search(r"\s", arg):
             raise KnobError(f"argument '{arg}' is empty or contains whitespace; LLaMA-Factory's torchrun launch "
@@ -422,8 +448,8 @@ def plan(settings: SftSettings, launcher: Sequence[str], tail: Sequence[str], py
 
     added: dict[str, str] = {}
     env_lines = []
-    if "CUDA_VISIBLE_DEVICES" in s.env:
-        env_lines.append(f"CUDA_VISIBLE_DEVICES={s.env['CUDA_VISIBLE_DEVICES']}")
+    if s.visible_devices is not None:
+        env_lines.append(f"CUDA_VISIBLE_DEVICES={s.visible_devices}")
     if torchrun:
         added = dict(zip(TORCHRUN_VARS, ("1", s.nnodes, s.node_rank, s.master_addr, s.master_port, str(nproc)),
                          strict=True))
@@ -486,7 +512,7 @@ def run(launch: Launch, settings: SftSettings, cwd: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m afm.sft.knobs", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m afm.launch.sft", description=__doc__.splitlines()[0])
     p.add_argument("--stage", required=True, choices=STAGES)
     p.add_argument("--script", required=True, help="the script's name, for messages")
     p.add_argument("--root", required=True, help="the repository")
@@ -498,15 +524,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--launcher", action="append", default=[], metavar="WORD", help="the launcher command, a word each")
     p.add_argument("--python", default=sys.executable, help="this interpreter as the script named it (messages)")
     p.add_argument("--dry-run", action="store_true", help="print the command, run nothing (also DRY_RUN=1)")
+    p.add_argument("--usage", action="store_true", help="print the script's help (its defaults, every knob) and stop")
     p.add_argument("tail", nargs="*", help="more LLaMA-Factory flags (after --)")
     args = p.parse_args(argv)
     defaults = dict(item.split("=", 1) for item in args.default)
+    if args.usage:
+        print(usage(args.script, {"MODEL_PATH": args.model, "OUTPUT_DIR": f"<repo>/{args.output}",
+                                  "DATASET": args.dataset, **defaults}), end="", flush=True)
+        return 0
     try:
+        # Into this process's environment, as the scripts exported them: the launch inherits the knobs' names.
+        apply_aliases(os.environ, ORIGINAL_NAMES)
+        for line in misspelt(os.environ, known_names()):
+            warn(line)
         settings = SftSettings.from_env(os.environ, stage=args.stage, script=args.script, root=args.root,
                                         cwd=args.cwd, model_path=args.model, output_dir=args.output,
                                         dataset=args.dataset, script_defaults=defaults)
         settings.dry_run = settings.dry_run or args.dry_run
-        launch = plan(settings, args.launcher or ["afm-sft"], args.tail, args.python)
+        launch = plan(settings, args.launcher or [default_of(SftSettings, "AFM_SFT")], args.tail, args.python)
         if settings.dry_run:
             print(launch.summary, flush=True)
             if launch.deepspeed_missing and not launch.mask_report:

@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Any
 
-HANG_ENV = "AFM_SFT_HANG_TIMEOUT"
+from afm.launch.multinode import HANG_ENV  # set by the launch (afm/launch/sft.py)
+
 MARK = "[afm] hang: "
 EXIT_STATUS = 3  # a rank stopped by the watchdog: torchrun reports it and stops the node's other ranks
 _KEY = "afm_watchdog/"

@@ -7,12 +7,9 @@
 #   MASK_REPORT=2 bash sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh        # check masking and lengths on the data first
 #   LEARNING_RATE=5e-6 EPOCHS=2 bash sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh --max_samples 1000   # knobs + extra LLaMA-Factory flags
 #
-# Defaults of this script (each one an environment variable):
-#   MODEL_PATH=Qwen/Qwen2.5-3B  OUTPUT_DIR=saves/AFM-MHQA-Agent-3B-sft (under the repo)  DATASET=mhqa_agent_sft
-#   LEARNING_RATE=1e-5 WARMUP_RATIO=0.03 GRADIENT_ACCUMULATION=16 EPOCHS=4.0 CUTOFF_LEN=5120 NNODES=1
+# Its own values are the last two lines (the original's; docs/original_mapping.md compares them with it).
 # experiments/train_dapo_mhqa_agent.sh starts from the 7B output; for this 3B model: MODEL_PATH=saves/AFM-MHQA-Agent-3B-sft.
-# Every other knob (BATCH_SIZE=1, PRECISION=bf16, DeepSpeed ZeRO-3, REPORT_TO, CUDA_VISIBLE_DEVICES, NODE_RANK, ...)
-# is listed in sft_scripts/common.sh and printed by: bash sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh --help
+# Every other knob, with its default and help (afm/launch/sft.py declares them): bash sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh --help
 set -euo pipefail
 # shellcheck source=../common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
