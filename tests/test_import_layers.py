@@ -1,5 +1,5 @@
-"""The package's layers (SPEC.md §2, "who may import whom"), checked on the source: an upward import or a cycle
-between afm's subpackages fails here, before it becomes a tangle.
+"""The package's layers ("who may import whom", written down once, in ``ALLOWED`` below; README.md points here),
+checked on the source: an upward import or a cycle between afm's subpackages fails here, before it becomes a tangle.
 
 Every ``import afm.X`` / ``from afm.X import ...`` (also inside functions: a lazy import is still a dependency)
 is an edge from the importing top-level module to ``X``. Each module may import only the modules listed for it in
@@ -16,7 +16,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "afm"
 
-# Leaves and shared utilities first, applications last. SPEC.md: trajectory and sandbox are leaves; tools may use
+# Leaves and shared utilities first, applications last: trajectory and sandbox are leaves; tools may use
 # sandbox; agent uses trajectory and tools; rewards uses trajectory and sandbox; eval and data use agent and
 # rewards; sft uses trajectory; rl uses agent, tools and rewards; sft and rl never import each other; servers are
 # standalone services (reached over HTTP).
@@ -110,7 +110,7 @@ def test_no_upward_imports():
     bad = [f"afm.{src} -> afm.{dst} ({', '.join(files)})"
            for src, deps in sorted(graph.items()) for dst, files in sorted(deps.items())
            if dst not in ALLOWED.get(src, set())]
-    assert not bad, "imports against the layers of SPEC.md:\n" + "\n".join(bad)
+    assert not bad, "imports against the layers (ALLOWED):\n" + "\n".join(bad)
 
 
 def test_no_cycles():
