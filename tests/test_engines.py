@@ -160,18 +160,27 @@ def test_llamacpp_server_error_fails_the_sample(llama, tok):
     assert traj.finish_reason == "error" and "HTTP 500" in (traj.error or "") and len(reqs) == 1
 
 
-def test_server_refusing_token_id_prompts_gets_text_prompts(tiny_model, tok, tmp_path, capsys, caplog):
+@pytest.fixture(scope="module")
+def llama_python(tiny_model):
+    """The stand-in answering as llama-cpp-python's server (HTTP 500 to token-id prompts, no ids)."""
+    with StandIn(tokenizer=str(tiny_model), dialect="llamacpp-python") as server:
+        yield server
+
+
+def test_server_refusing_token_id_prompts_gets_text_prompts(llama_python, tiny_model, tok, tmp_path, capsys,
+                                                            caplog):
     """llama-cpp-python's server answers HTTP 500 to a prompt given as token ids: afm sends text prompts from
     then on, says so once (console, summary), and every sample succeeds instead of failing."""
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"id": i, "question": f"q{i}", "answer": "a"}) + "\n" for i in range(3)))
-    with StandIn(tokenizer=str(tiny_model), dialect="llamacpp-python") as llm:
-        llm.rules({"match": ".", "content": "<answer>a</answer>"})
-        with caplog.at_level(logging.WARNING, logger="afm.agent"):
-            rc = infer_main(["--input", str(questions), "--output", str(tmp_path / "t.jsonl"), "--model", "standin",
-                             "--tokenizer", str(tiny_model), "--base-url", llm.base_url, "--prompt", "code_agent",
-                             "--quiet", "--concurrency", "1"])
-        reqs = llm.requests()
+    llm = llama_python
+    llm.reset()
+    llm.rules({"match": ".", "content": "<answer>a</answer>"})
+    with caplog.at_level(logging.WARNING, logger="afm.agent"):
+        rc = infer_main(["--input", str(questions), "--output", str(tmp_path / "t.jsonl"), "--model", "standin",
+                         "--tokenizer", str(tiny_model), "--base-url", llm.base_url, "--prompt", "code_agent",
+                         "--quiet", "--concurrency", "1"])
+    reqs = llm.requests()
     assert rc == 0
     records = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert len(records) == 3 and {r["status"] for r in records} == {"ok"}
@@ -188,10 +197,9 @@ def test_server_refusing_token_id_prompts_gets_text_prompts(tiny_model, tok, tmp
     assert "token ids retokenized from text in 3 of 3 trajectories" in out
 
 
-def test_text_prompt_fallback_keeps_real_failures(tiny_model, tok):
+def test_text_prompt_fallback_keeps_real_failures(llama_python, tok):
     """A server that fails the text prompt too is a failing server: the sample fails, with the server's error."""
-    with StandIn(tokenizer=str(tiny_model), dialect="llamacpp-python") as llm:
-        traj, backend, _, reqs = trajectory(llm, tok, [{"status": 500, "content": "out of memory"}] * 3)
+    traj, backend, _, reqs = trajectory(llama_python, tok, [{"status": 500, "content": "out of memory"}] * 3)
     assert traj.finish_reason == "error" and "HTTP 500" in (traj.error or "")
     assert [isinstance(r["body"]["prompt"], list) for r in reqs] == [True, False]  # text tried once, failed too
     assert backend.id_prompts is None  # not taken for a refusal of ids: later prompts still go as ids
