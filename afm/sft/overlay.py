@@ -42,7 +42,6 @@ from llamafactory.data.processor import supervised as lf_supervised
 from llamafactory.hparams import parser as lf_parser
 from llamafactory.hparams.data_args import DataArguments
 
-from afm.sft import launcher as afm_launcher
 from afm.sft.compat import require_supported
 from afm.sft.masking import mask_observation_labels
 from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
@@ -473,4 +472,5 @@ def apply() -> None:
     pair = lf_pairwise.PairwiseDatasetProcessor
     _wrap_processor(pair, pairwise=True, encode_owner=pair)
     _patch_loader()
-    lf_launcher.__file__ = afm_launcher.__file__
+    # The file torchrun re-runs on every rank; named, not imported (it imports this module when run).
+    lf_launcher.__file__ = str(Path(__file__).with_name("launcher.py"))

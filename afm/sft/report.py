@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from afm.sft.cli import load_args
+from afm.sft.args import load_args
 from afm.sft.masking import IGNORE_INDEX
 from afm.sft.stats import MaskReport
 
