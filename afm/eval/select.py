@@ -24,15 +24,14 @@ import asyncio
 import concurrent.futures
 import json
 import logging
-import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
-from afm.chat_client import ChatClient, ChatEndpoint, ChatError, counted_complete, holds_endpoint
-from afm.kvcache import KVCache, cache_key, cache_location, open_cache
-from afm.rewards.judge import DEFAULT_MODEL  # the selector calls the judge's endpoint (GRM_*)
+from afm.chat_client import ChatClient, ChatError, counted_complete, holds_endpoint
+from afm.kvcache import KVCache, cache_key, cache_location
+from afm.rewards.grm import CallStats, ModelCallConfig  # the selector calls the judge's endpoint (GRM_*)
 from afm.rewards.qa import normalize_answer
 
 logger = logging.getLogger(__name__)
@@ -50,9 +49,6 @@ evidence but not proof. If several are equally good, pick the lowest number.
 Reply with one JSON object and nothing else:
 {{"rationale": "<one or two sentences>", "best": <candidate number from 1 to {n}>}}"""
 
-_OFF = ("", "off", "none", "0", "false", "disabled")
-# The judge's endpoint variables (GRM_BASE_URL, GRM_API_KEY, GRM_MODEL_NAME) with the selector's own timeout.
-ENV_NAMES: dict[str, str | None] = {"model": "GRM_MODEL_NAME", "timeout_s": "AFM_SELECTOR_TIMEOUT", "retries": None}
 _BOXED = "\\boxed{"
 _CHOICE_KEYS = ("best", "choice", "chosen", "candidate", "index", "selected", "selection", "answer", "best_candidate")
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
@@ -205,61 +201,20 @@ def default_cache_location() -> str:
     return cache_location("AFM_SELECTOR_CACHE", "selector.sqlite")
 
 
-def default_endpoint() -> ChatEndpoint:
-    """The selector's endpoint before the environment is read: no URL (majority vote), 60 s, 4 retries."""
-    return ChatEndpoint(model=DEFAULT_MODEL, timeout_s=60.0, retries=4)
-
-
 @holds_endpoint
 @dataclass(frozen=True)
-class SelectorConfig:
+class SelectorConfig(ModelCallConfig):
     """Where the selector model is (``endpoint``) and how it is called; :meth:`from_env` reads ``GRM_*`` and
     ``AFM_SELECTOR_*``.
 
     The endpoint's fields may also be given flat (``SelectorConfig(base_url=..., max_retries=3)``).
     """
 
-    endpoint: ChatEndpoint = field(default_factory=default_endpoint)  # no base_url = majority vote only
+    env_prefix: ClassVar[str] = "AFM_SELECTOR_"
+    cache_namespace: ClassVar[str] = "selector"
+
     concurrency: int = 32  # requests in flight per batch
-    temperature: float = 0.0
-    max_tokens: int = 1024
     cache: str = field(default_factory=default_cache_location)  # path, redis:// URL, or "off"
-    cache_ttl: float | None = None
-
-    def __post_init__(self) -> None:
-        checks = {"concurrency": self.concurrency >= 1, "max_tokens": self.max_tokens >= 1}
-        bad = [name for name, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"invalid SelectorConfig values: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
-
-    @property
-    def configured(self) -> bool:
-        return self.endpoint.configured
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> SelectorConfig:
-        """Config from the environment, then ``overrides`` (field names, endpoint fields included) on top."""
-        env = os.environ if env is None else env
-        endpoint = ChatEndpoint.from_env("GRM_", env, names=ENV_NAMES, **asdict(default_endpoint()))
-        values: dict[str, Any] = {"endpoint": endpoint}
-        if env.get("AFM_SELECTOR_CONCURRENCY"):
-            values["concurrency"] = int(env["AFM_SELECTOR_CONCURRENCY"])
-        if "AFM_SELECTOR_CACHE" in env:
-            values["cache"] = env["AFM_SELECTOR_CACHE"]
-        values.update(overrides)
-        return cls(**values)
-
-
-@dataclass
-class SelectorStats:
-    """Counters of one :class:`JudgeSelector`."""
-
-    requests: int = 0
-    retries: int = 0
-    cache_hits: int = 0
-    failures: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
 
 
 def _trivial(candidates: Sequence[Any]) -> int | None:
@@ -275,7 +230,7 @@ class JudgeSelector:
 
     def __init__(self, config: SelectorConfig | None = None, **overrides: Any) -> None:
         self.config = replace(config, **overrides) if config is not None else SelectorConfig.from_env(**overrides)
-        self.stats = SelectorStats()
+        self.stats = CallStats()
         self._cache: KVCache | None = None
         self._cache_opened = False
 
@@ -291,8 +246,7 @@ class JudgeSelector:
     def _get_cache(self) -> KVCache | None:
         if not self._cache_opened:
             self._cache_opened = True
-            if self.config.cache.strip().lower() not in _OFF:
-                self._cache = open_cache(self.config.cache, namespace="selector", ttl=self.config.cache_ttl)
+            self._cache = self.config.open_cache()
         return self._cache
 
     def close(self) -> None:

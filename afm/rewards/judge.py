@@ -36,7 +36,7 @@ import os
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from afm.chat_client import (
     ENDPOINT_ALIASES,
@@ -46,7 +46,8 @@ from afm.chat_client import (
     counted_complete,
     holds_endpoint,
 )
-from afm.kvcache import KVCache, cache_key, cache_location, open_cache
+from afm.kvcache import KVCache, cache_key, cache_location
+from afm.rewards.grm import CallStats, ModelCallConfig
 from afm.rewards.ground_truth import GroundTruth
 from afm.rewards.qa import qa_match, resolve_mode
 from afm.rewards.verdict import parse_verdict
@@ -55,7 +56,6 @@ from afm.trajectory import last_answer
 logger = logging.getLogger(__name__)
 
 PROMPT_VERSION = "afm-judge-v1"
-DEFAULT_MODEL = "gpt-4.1-mini"
 SYSTEM_PROMPT = "You grade answers to questions. You are strict about facts and lenient about wording."
 PROMPT_TEMPLATE = """Decide whether the predicted answer to the question is correct, using the gold answer(s) as the reference.
 
@@ -73,61 +73,30 @@ Rules:
 Reply with one JSON object and nothing else:
 {{"rationale": "<one or two sentences>", "judgement": "correct" or "incorrect"}}"""
 
-_OFF = ("", "off", "none", "0", "false", "disabled")
-# GRM_BASE_URL and GRM_API_KEY follow ChatEndpoint.from_env's names; these are the ones users set today.
-ENV_NAMES: dict[str, str | None] = {"model": "GRM_MODEL_NAME", "timeout_s": "AFM_JUDGE_TIMEOUT", "retries": None}
-
 
 def default_cache_location() -> str:
     """``AFM_JUDGE_CACHE``, else ``$XDG_CACHE_HOME/afm/judge.sqlite`` (``~/.cache`` by default)."""
     return cache_location("AFM_JUDGE_CACHE", "judge.sqlite")
 
 
-def default_endpoint() -> ChatEndpoint:
-    """The judge's endpoint before the environment is read: no URL (no judge), 60 s per request, 4 retries."""
-    return ChatEndpoint(model=DEFAULT_MODEL, timeout_s=60.0, retries=4)
-
-
 @holds_endpoint
 @dataclass(frozen=True)
-class JudgeConfig:
+class JudgeConfig(ModelCallConfig):
     """Where the judge is (``endpoint``) and how it behaves; :meth:`from_env` reads ``GRM_*``/``AFM_JUDGE_*``.
 
     The endpoint's fields may also be given flat (``JudgeConfig(base_url=..., timeout=5.0, max_retries=1)``).
     """
 
-    endpoint: ChatEndpoint = field(default_factory=default_endpoint)  # no base_url = no judge configured
+    env_prefix: ClassVar[str] = "AFM_JUDGE_"
+    env_ints: ClassVar[tuple[str, ...]] = ("concurrency", "k")
+    cache_namespace: ClassVar[str] = "judge"
+
     concurrency: int = 64  # requests in flight per Judge instance
-    k: int = 1  # votes per verdict (majority)
-    temperature: float = 0.0
-    max_tokens: int = 1024
     cache: str = field(default_factory=default_cache_location)  # path, redis:// URL, or "off"
-    cache_ttl: float | None = None  # seconds; None keeps verdicts forever
+    k: int = 1  # votes per verdict (majority)
 
-    def __post_init__(self) -> None:
-        checks = {"concurrency": self.concurrency >= 1, "k": self.k >= 1, "max_tokens": self.max_tokens >= 1}
-        bad = [name for name, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"invalid JudgeConfig values: {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
-
-    @property
-    def configured(self) -> bool:
-        """True when a judge endpoint is set."""
-        return self.endpoint.configured
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> JudgeConfig:
-        """Config from the environment, then ``overrides`` (field names, endpoint fields included) on top."""
-        env = os.environ if env is None else env
-        endpoint = ChatEndpoint.from_env("GRM_", env, names=ENV_NAMES, **asdict(default_endpoint()))
-        values: dict[str, Any] = {"endpoint": endpoint}
-        for name, var, cast in (("concurrency", "AFM_JUDGE_CONCURRENCY", int), ("k", "AFM_JUDGE_K", int)):
-            if env.get(var):
-                values[name] = cast(env[var])
-        if "AFM_JUDGE_CACHE" in env:
-            values["cache"] = env["AFM_JUDGE_CACHE"]
-        values.update(overrides)
-        return cls(**values)
+    def checks(self) -> dict[str, bool]:
+        return {**super().checks(), "k": self.k >= 1}
 
 
 @dataclass(frozen=True)
@@ -140,18 +109,6 @@ class Verdict:
     cached: bool = False
     error: str = ""
     attempts: int = 0
-
-
-@dataclass
-class JudgeStats:
-    """Counters kept by a judge (updated on its loop thread)."""
-
-    requests: int = 0
-    retries: int = 0
-    cache_hits: int = 0
-    failures: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
 
 
 def build_messages(question: str, golds: Sequence[str], prediction: str) -> list[dict[str, str]]:
@@ -167,7 +124,7 @@ class Judge:
 
     def __init__(self, config: JudgeConfig | None = None, **overrides: Any) -> None:
         self.config = replace(config, **overrides) if config is not None else JudgeConfig.from_env(**overrides)
-        self.stats = JudgeStats()
+        self.stats = CallStats()  # updated on the loop thread
         self._lock = threading.Lock()
         self._pid: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -234,9 +191,7 @@ class Judge:
     def _get_cache(self) -> KVCache | None:
         if not self._cache_opened:
             self._cache_opened = True
-            location = self.config.cache
-            if location.strip().lower() not in _OFF:
-                self._cache = open_cache(location, namespace="judge", ttl=self.config.cache_ttl)
+            self._cache = self.config.open_cache()
         return self._cache
 
     def _http(self) -> ChatClient:
