@@ -156,8 +156,8 @@ def _module_imports(path: Path) -> set[str]:
     return out
 
 
-# Two-file circles still open (issue 29 names them); one broken should leave this list.
-KNOWN_CIRCLES = {("afm.eval.datasets", "afm.eval.demo_sets")}
+# Two-file circles still open; one broken should leave this list (issue 29's three are all closed).
+KNOWN_CIRCLES: set[tuple[str, str]] = set()
 
 
 def test_no_two_file_import_circles():

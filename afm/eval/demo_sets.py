@@ -28,7 +28,7 @@ from typing import Any
 
 from afm.demo_content.samples import demo_samples
 from afm.demo_content.web import DEMO_QUESTIONS
-from afm.eval.datasets import get_benchmark
+from afm.eval.benchmark_specs import get_benchmark
 from afm.eval.records import write_records
 
 DEMO_SET_NAMES = ("demo_mhqa", "demo_web", "demo_math", "demo_code")
