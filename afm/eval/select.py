@@ -30,8 +30,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from afm.chat_client import ChatClient, ChatError, counted_complete, holds_endpoint
-from afm.kvcache import KVCache, cache_key, cache_location
-from afm.rewards.grm import CallStats, ModelCallConfig  # the selector calls the judge's endpoint (GRM_*)
+from afm.kvcache import cache_key, cache_location
+from afm.rewards.grm import (  # the selector calls the judge's endpoint (GRM_*)
+    CallStats,
+    LazyCache,
+    ModelCallConfig,
+)
 from afm.rewards.qa import normalize_answer
 
 logger = logging.getLogger(__name__)
@@ -231,8 +235,7 @@ class JudgeSelector:
     def __init__(self, config: SelectorConfig | None = None, **overrides: Any) -> None:
         self.config = replace(config, **overrides) if config is not None else SelectorConfig.from_env(**overrides)
         self.stats = CallStats()
-        self._cache: KVCache | None = None
-        self._cache_opened = False
+        self._cache = LazyCache(self.config)
 
     @property
     def configured(self) -> bool:
@@ -243,16 +246,8 @@ class JudgeSelector:
         return cache_key(self.config.endpoint.model, PROMPT_VERSION, question,
                          json.dumps([None if c is None else str(c) for c in candidates], ensure_ascii=False))
 
-    def _get_cache(self) -> KVCache | None:
-        if not self._cache_opened:
-            self._cache_opened = True
-            self._cache = self.config.open_cache()
-        return self._cache
-
     def close(self) -> None:
-        if self._cache is not None:
-            self._cache.close()
-        self._cache, self._cache_opened = None, False
+        self._cache.close()
 
     # -- public API ----------------------------------------------------------------------------------------
     async def aselect(self, question: str, candidates: Sequence[Any]) -> Selection:
@@ -290,7 +285,7 @@ class JudgeSelector:
         trivial = _trivial(candidates)
         if trivial is not None:
             return Selection(trivial, "trivial")
-        cache = self._get_cache()
+        cache = self._cache.get()
         key = self.cache_key(question, candidates)
         if cache is not None:
             hit = cache.get(key)

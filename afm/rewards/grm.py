@@ -85,6 +85,32 @@ class ModelCallConfig:
         return cls(**values)
 
 
+class LazyCache:
+    """The cache a config names, opened on first use (in the thread or process that uses it)."""
+
+    def __init__(self, config: ModelCallConfig) -> None:
+        self.config = config
+        self._cache: KVCache | None = None
+        self._opened = False
+
+    def get(self) -> KVCache | None:
+        """The open cache, or None when the config switches it off."""
+        if not self._opened:
+            self._opened = True
+            self._cache = self.config.open_cache()
+        return self._cache
+
+    def close(self) -> None:
+        """Close it if it was opened; the next :meth:`get` opens it again."""
+        if self._cache is not None:
+            self._cache.close()
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop it without closing (a forked child: the connection is the parent's)."""
+        self._cache, self._opened = None, False
+
+
 @dataclass
 class CallStats:
     """Counters of one judge or selector."""

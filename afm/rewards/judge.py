@@ -46,8 +46,8 @@ from afm.chat_client import (
     counted_complete,
     holds_endpoint,
 )
-from afm.kvcache import KVCache, cache_key, cache_location
-from afm.rewards.grm import CallStats, ModelCallConfig
+from afm.kvcache import cache_key, cache_location
+from afm.rewards.grm import CallStats, LazyCache, ModelCallConfig
 from afm.rewards.ground_truth import GroundTruth
 from afm.rewards.qa import qa_match, resolve_mode
 from afm.rewards.verdict import parse_verdict
@@ -131,8 +131,7 @@ class Judge:
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self._sem: asyncio.Semaphore | None = None
-        self._cache: KVCache | None = None
-        self._cache_opened = False
+        self._cache = LazyCache(self.config)
 
     # -- background loop -------------------------------------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
@@ -143,8 +142,8 @@ class Judge:
                 thread = threading.Thread(target=loop.run_forever, name="afm-judge", daemon=True)
                 thread.start()
                 self._loop, self._thread, self._pid = loop, thread, os.getpid()
-                self._client = self._sem = self._cache = None
-                self._cache_opened = False
+                self._client = self._sem = None
+                self._cache.forget()
             return self._loop
 
     def _submit(self, coro: Coroutine[Any, Any, Verdict]) -> concurrent.futures.Future[Verdict]:
@@ -172,8 +171,7 @@ class Judge:
             # Runs on the loop thread, which owns the client and the cache's (thread-local) SQLite connection.
             if self._client is not None:
                 await self._client.aclose()
-            if self._cache is not None:
-                self._cache.close()
+            self._cache.close()
 
         try:
             asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
@@ -184,15 +182,10 @@ class Judge:
             thread.join(timeout=10)
         if not loop.is_running():
             loop.close()
-        self._client = self._sem = self._cache = None
-        self._cache_opened = False
+        self._client = self._sem = None
+        self._cache.forget()
 
     # -- work (runs on the loop thread) ----------------------------------------------------------------------
-    def _get_cache(self) -> KVCache | None:
-        if not self._cache_opened:
-            self._cache_opened = True
-            self._cache = self.config.open_cache()
-        return self._cache
 
     def _http(self) -> ChatClient:
         if self._client is None:
@@ -207,7 +200,7 @@ class Judge:
                          json.dumps(list(golds), ensure_ascii=False), prediction)
 
     async def _judge(self, question: str, golds: list[str], prediction: str) -> Verdict:
-        cache = self._get_cache()
+        cache = self._cache.get()
         key = self.cache_key(question, golds, prediction)
         if cache is not None:
             hit = cache.get(key)
@@ -337,24 +330,29 @@ def warn_no_judge_once() -> None:
         logger.warning(FALLBACK_WARNING)
 
 
-def _prepare(solution_str: str, extra_info: Mapping[str, Any], judge: Judge | None, qa_mode: str | None,
-             options: Mapping[str, Any]) -> tuple[str | None, str, Judge]:
+def _prepare(solution_str: str, gt: GroundTruth, extra_info: Mapping[str, Any], judge: Judge | None,
+             qa_mode: str | None, options: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str, str, Judge]:
+    """``(result, pred, mode, judge)``: ``result`` is the score when no judge call is needed (no answer, no judge),
+    else None."""
     mode = resolve_mode(qa_mode, dict(extra_info))
     judge = judge or get_judge(**judge_overrides(options))
     if not judge.config.configured:
         warn_no_judge_once()
-    return last_answer(solution_str), mode, judge
+    pred = last_answer(solution_str)
+    if not pred:
+        return {"acc": 0.0, "pred": "", "method": "no_answer"}, "", mode, judge
+    if not judge.config.configured:
+        return _result(None, pred, gt, mode), pred, mode, judge
+    return None, pred, mode, judge
 
 
 async def score_async(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: dict[str, Any],
                       judge: Judge | None = None, qa_mode: str | None = None, question: str | None = None,
                       **options: Any) -> dict[str, Any]:
     """Registry scorer (async): judge the last ``<answer>``; EM/F1 fallback without a working judge."""
-    pred, mode, judge = _prepare(solution_str, extra_info, judge, qa_mode, options)
-    if not pred:
-        return {"acc": 0.0, "pred": "", "method": "no_answer"}
-    if not judge.config.configured:
-        return _result(None, pred, gt, mode)
+    done, pred, mode, judge = _prepare(solution_str, gt, extra_info, judge, qa_mode, options)
+    if done is not None:
+        return done
     verdict = await judge.ajudge(_question(gt, extra_info, question), gt.targets, pred)
     return _result(verdict, pred, gt, mode)
 
@@ -363,9 +361,7 @@ def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: d
           judge: Judge | None = None, qa_mode: str | None = None, question: str | None = None,
           **options: Any) -> dict[str, Any]:
     """Registry scorer (blocking form of :func:`score_async`)."""
-    pred, mode, judge = _prepare(solution_str, extra_info, judge, qa_mode, options)
-    if not pred:
-        return {"acc": 0.0, "pred": "", "method": "no_answer"}
-    if not judge.config.configured:
-        return _result(None, pred, gt, mode)
+    done, pred, mode, judge = _prepare(solution_str, gt, extra_info, judge, qa_mode, options)
+    if done is not None:
+        return done
     return _result(judge.judge(_question(gt, extra_info, question), gt.targets, pred), pred, gt, mode)
