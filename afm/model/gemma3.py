@@ -38,26 +38,27 @@ _GGUF_BLOCK_RE = re.compile(r"^blk\.(\d+)\.(\w+)\.weight$")
 _HF_BLOCK_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
 
 
+def _rename(name: str, block_re: re.Pattern[str], block: dict[str, str], top: dict[str, str], block_fmt: str,
+            what: str) -> str:
+    """``name`` in the other naming: a block tensor through ``block`` (``block_fmt`` takes the layer and the new
+    part), a top-level one through ``top``; ValueError naming ``what`` otherwise."""
+    m = block_re.match(name)
+    if m and m.group(2) in block:
+        return block_fmt.format(m.group(1), block[m.group(2)])
+    base = name.removesuffix(".weight")
+    if base in top and name.endswith(".weight"):
+        return f"{top[base]}.weight"
+    raise ValueError(f"unknown {what} tensor {name!r}")
+
+
 def hf_name(gguf_name: str) -> str:
     """``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight``."""
-    m = _GGUF_BLOCK_RE.match(gguf_name)
-    if m and m.group(2) in _BLOCK:
-        return f"model.layers.{m.group(1)}.{_BLOCK[m.group(2)]}.weight"
-    base = gguf_name.removesuffix(".weight")
-    if base in _TOP and gguf_name.endswith(".weight"):
-        return f"{_TOP[base]}.weight"
-    raise ValueError(f"unknown gemma3 GGUF tensor {gguf_name!r}")
+    return _rename(gguf_name, _GGUF_BLOCK_RE, _BLOCK, _TOP, "model.layers.{}.{}.weight", "gemma3 GGUF")
 
 
 def gguf_name(hf: str) -> str:
     """The inverse of :func:`hf_name`."""
-    m = _HF_BLOCK_RE.match(hf)
-    if m and m.group(2) in _BLOCK_INV:
-        return f"blk.{m.group(1)}.{_BLOCK_INV[m.group(2)]}.weight"
-    base = hf.removesuffix(".weight")
-    if base in _TOP_INV and hf.endswith(".weight"):
-        return f"{_TOP_INV[base]}.weight"
-    raise ValueError(f"unknown Gemma3ForCausalLM tensor {hf!r}")
+    return _rename(hf, _HF_BLOCK_RE, _BLOCK_INV, _TOP_INV, "blk.{}.{}.weight", "Gemma3ForCausalLM")
 
 
 def is_norm(gguf_tensor: str) -> bool:
