@@ -17,13 +17,8 @@
 #   bash experiments/train_dapo_code_agent.sh --local            # no GPU: toy task, tiny policy, verl on the CPU (~1.5 min)
 #   ROLLOUT_ENGINE=hf GPUS_PER_NODE=1 bash experiments/train_dapo_code_agent.sh   # one GPU, no vLLM/SGLang
 #
-# Defaults of this script (each one an environment variable):
-#   MODEL_PATH=saves/AFM-CodeAgent-32B-sft  TRAIN_FILES=data/rl/code_train.parquet  VAL_FILES=data/rl/code_val.parquet
-#   STAGE=1 TP=4 GPU_MEM_UTIL=0.5 ROLLOUT_N=8 TRAIN_BATCH_SIZE=256 MINI_BATCH_SIZE=32 USE_DYNAMIC_BSZ=false
-#   MAX_PROMPT_LENGTH=4096 MAX_RESPONSE_LENGTH=16384 (STAGE=2: 28672) MAX_TURNS=8 WARMUP_STEPS=10
-#   TOTAL_EPOCHS=100 TOTAL_TRAINING_STEPS=2000 SAVE_FREQ=5 TEST_FREQ=10 REWARD_FN=compute_score
-# Every other knob (NNODES, GPUS_PER_NODE, ROLLOUT_ENGINE, LR, LOGGER, CKPT_DIR, RESUME_MODE, REWARD_MANAGER, ...)
-# is listed in experiments/common.sh and printed by: bash experiments/train_dapo_code_agent.sh --help
+# This script's defaults (the task's, declared once in afm/launch/rl.py; docs/rl_knobs.md lists them) and every
+# other knob, with its help: bash experiments/train_dapo_code_agent.sh --help
 set -euo pipefail
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -12,13 +12,8 @@
 #   ROLLOUT_ENGINE=hf GPUS_PER_NODE=1 bash experiments/train_dapo_mhqa_agent.sh   # one GPU, no vLLM/SGLang (afm/rl/local)
 #   RESUME_MODE=auto bash experiments/train_dapo_mhqa_agent.sh   # (default) continue from the newest checkpoint
 #
-# Defaults of this script (each one an environment variable):
-#   MODEL_PATH=saves/AFM-MHQA-Agent-7B-sft  TRAIN_FILES=data/rl/mhqa_train.parquet  VAL_FILES=data/rl/mhqa_val.parquet
-#   TP=4 GPU_MEM_UTIL=0.5 ROLLOUT_N=5 TRAIN_BATCH_SIZE=512 MINI_BATCH_SIZE=256 USE_DYNAMIC_BSZ=false
-#   MAX_PROMPT_LENGTH=2048 MAX_RESPONSE_LENGTH=8192 MAX_TURNS=8 WARMUP_RATIO=0.285
-#   TOTAL_EPOCHS=15 TOTAL_TRAINING_STEPS=1005 SAVE_FREQ=20 TEST_FREQ=20 REWARD_FN=compute_score
-# Every other knob (NNODES, GPUS_PER_NODE, ROLLOUT_ENGINE, LR, LOGGER, CKPT_DIR, RESUME_MODE, REWARD_MANAGER, ...)
-# is listed in experiments/common.sh and printed by: bash experiments/train_dapo_mhqa_agent.sh --help
+# This script's defaults (the task's, declared once in afm/launch/rl.py; docs/rl_knobs.md lists them) and every
+# other knob, with its help: bash experiments/train_dapo_mhqa_agent.sh --help
 set -euo pipefail
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -11,13 +11,8 @@
 #   ROLLOUT_ENGINE=hf GPUS_PER_NODE=1 bash experiments/train_dapo_web_agent.sh   # one GPU, no vLLM/SGLang (afm/rl/local)
 #   RESUME_MODE=auto bash experiments/train_dapo_web_agent.sh   # (default) continue from the newest checkpoint
 #
-# Defaults of this script (each one an environment variable):
-#   MODEL_PATH=saves/AFM-WebAgent-32B-sft  TRAIN_FILES=data/rl/web_train.parquet  VAL_FILES=data/rl/web_val.parquet
-#   TP=8 GPU_MEM_UTIL=0.3 ROLLOUT_N=8 TRAIN_BATCH_SIZE=64 MINI_BATCH_SIZE=64 USE_DYNAMIC_BSZ=true
-#   MAX_PROMPT_LENGTH=2048 MAX_RESPONSE_LENGTH=30720 MAX_TURNS=25 WARMUP_STEPS=3 WEIGHT_DECAY=0.1 CLIP_RATIO_C=10.0
-#   TOTAL_EPOCHS=2 TOTAL_TRAINING_STEPS=60 SAVE_FREQ=5 TEST_FREQ=10 REWARD_FN=compute_score_async
-# Every other knob (NNODES, GPUS_PER_NODE, ROLLOUT_ENGINE, LR, LOGGER, CKPT_DIR, RESUME_MODE, REWARD_MANAGER, ...)
-# is listed in experiments/common.sh and printed by: bash experiments/train_dapo_web_agent.sh --help
+# This script's defaults (the task's, declared once in afm/launch/rl.py; docs/rl_knobs.md lists them) and every
+# other knob, with its help: bash experiments/train_dapo_web_agent.sh --help
 set -euo pipefail
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

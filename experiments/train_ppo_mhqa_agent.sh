@@ -10,12 +10,8 @@
 #   bash experiments/train_ppo_mhqa_agent.sh                    # train (logs to $CKPT_DIR/train.log)
 #   NNODES=2 bash experiments/train_ppo_mhqa_agent.sh           # on the Ray head, after experiments/ray_cluster.sh
 #
-# Defaults of this script (each one an environment variable):
-#   ALGORITHM=ppo MODEL_PATH=saves/AFM-MHQA-Agent-7B-sft TRAIN_FILES=data/rl/mhqa_train.parquet
-#   VAL_FILES=data/rl/mhqa_val.parquet ROLLOUT_N=1 TRAIN_BATCH_SIZE=512 MINI_BATCH_SIZE=256 TP=4 GPU_MEM_UTIL=0.5
-#   KL_COEF=0.001 CRITIC_LR=1e-5 CRITIC_WARMUP_RATIO=0.05 CRITIC_MAX_TOKEN_LEN=100000 REWARD_MANAGER=naive
-#   TOTAL_EPOCHS=15 TOTAL_TRAINING_STEPS=1005 SAVE_FREQ=20 TEST_FREQ=20 EXPERIMENT_NAME=ppo_mhqa_agent
-# Every other knob is listed in experiments/common.sh and printed by: bash experiments/train_ppo_mhqa_agent.sh --help
+# This script's defaults (the task's, declared once in afm/launch/rl.py; docs/rl_knobs.md lists them) and every
+# other knob, with its help: bash experiments/train_ppo_mhqa_agent.sh --help
 set -euo pipefail
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "kvcache": set(),
     "table_io": set(),
     "env_defaults": set(),  # default ports and model names, read from environment.sh (the only place they are written)
-    "launch": set(),  # launch settings declared once (SFT/DPO), their checks, help and command (stdlib only)
+    "launch": set(),  # launch settings declared once (SFT/DPO, RL), their checks, help and command (stdlib only)
     "launch_knobs": {"launch"},  # moved to afm.launch; kept for the RL launcher's and the quickstart's imports
     "model": set(),  # pretrained models prepared for afm: GGUF reading, tokenizer rebuild, HF conversion, export
     "ray_scope": set(),  # a --local run's own Ray folder, stopped without ending other clusters (stdlib only)
@@ -44,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "data": {"agent", "rewards", "trajectory", "tools", "prompts", *UTILS},
     "sft": {"trajectory", "launch"},  # afm.sft.knobs re-exports afm.launch.sft; the watchdog reads its variable
     # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.demo
-    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content", "launch_knobs"},
+    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content", "launch"},
     # applications: the demo world, the quickstart, the CLI and the doctor sit on top
     "demo": {"agent", "tools", "trajectory", "servers", "testing", "sandbox", "rewards", "prompts", "data", "eval",
              "demo_content", "quickstart_rl", *UTILS},

@@ -1,12 +1,12 @@
-"""The RL scripts' knobs (experiments/common.sh): the checks and the verl command they make.
+"""The RL launch: the verl command built from the RL settings (:mod:`afm.launch.rl`), and its run.
 
-The scripts stay lists of knobs: experiments/common.sh parses the arguments, applies the original project's names,
-the misspelling check, environment.sh, the ``--local`` profile and the algorithm's and task's defaults (readable
-``: "${TP:=8}"`` lists), then runs this module with every knob it holds. Everything else happens here, once:
-reading and checking the knobs (a bad one stops the launch with a message naming it, before Ray or verl start),
-resolving paths, the Hydra overrides (the DAPO/PPO recipe itself stays in configs/verl/dapo.sh and ppo.sh), the
-summary, and the launch with its log, or with ``--dry-run`` the exact command. Standard library only, so it runs
-with any python 3.10+, not only the trainer's (``PYTHON``): ``python -m afm.rl.knobs --help``.
+The scripts (experiments/train_*_agent.sh) stay short: experiments/common.sh sources environment.sh and runs this
+module with the RL environment's python. Everything else happens here, in one process: the script's arguments, the
+original project's names and the misspelling check, the settings (the per-task defaults and profiles are data in
+afm.launch.rl), every knob's check (a bad one stops the launch with a message naming it, before Ray or verl start),
+resolving paths, the Hydra overrides (the DAPO/PPO recipe included), the summary, and the launch with its log, or
+with ``--dry-run`` the exact command. Standard library only, so it runs with any python 3.10+, not only the
+trainer's (``PYTHON``): ``python -m afm.rl.knobs --help``.
 """
 
 from __future__ import annotations
@@ -20,21 +20,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from afm.launch_knobs import KnobError, is_int, is_number, is_posint, parse_bool, run_logged, split_list
+from afm.launch.command import run_logged
+from afm.launch.rl import (
+    LOGGERS,
+    TASK_NAMES,
+    RlSettings,
+    check,
+    dapo_overrides,
+    ppo_overrides,
+    resolve,
+    usage,
+)
+from afm.launch.values import KnobError, is_posint, parse_bool, split_list
 from afm.rl.cluster import auth_env, dead_actor_line, runtime_env_overrides
-
-ENGINES = ("vllm", "sglang", "hf")
-TRAINER_MODES = ("sync", "colocate_async", "separate_async")
-DEVICES = ("gpu", "cpu")
-REWARD_MANAGERS = ("dapo", "rate_limited", "naive")
-REWARD_FNS = ("compute_score", "compute_score_async")
-FORMAT_MODES = ("score_only", "multiply", "penalty")
-FILTER_METRICS = ("acc", "score", "reward")
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-RESUME_MODES = ("auto", "disable", "resume_path")
-# verl 0.9.1's tracking backends (verl/utils/tracking.py).
-LOGGERS = ("console", "wandb", "swanlab", "tensorboard", "mlflow", "file", "clearml", "trackio")
-ATTN_IMPLS = ("auto", "flash_attention_2", "sdpa", "eager")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _HYDRA_UNSAFE = re.compile(r"[][\s=,\"{}']")
@@ -53,22 +51,6 @@ def shell_word(word: str) -> str:
 
 def warn(message: str) -> None:
     print(f"[afm] warning: {message}", file=sys.stderr, flush=True)
-
-
-@dataclass
-class Knobs:
-    """The knobs as the script holds them (set, possibly empty) over the process environment."""
-
-    values: Mapping[str, str]
-    env: Mapping[str, str]
-
-    def get(self, name: str, default: str = "") -> str:
-        """``${NAME:-default}``: unset or empty take the default."""
-        return self.values.get(name) or default
-
-    def get_set(self, name: str, default: str) -> str:
-        """``${NAME-default}``: only unset takes the default (set but empty switches a feature off)."""
-        return self.values.get(name, default)
 
 
 @dataclass
@@ -157,17 +139,6 @@ def attention(impl: str, python: str, env: Mapping[str, str]) -> str:
     return "sdpa (flash_attn is not installed: pip install flash-attn for FlashAttention-2)"
 
 
-def recipe_overrides(root: str, algorithm: str, values: Mapping[str, str]) -> list[str]:
-    """The algorithm's overrides from its recipe file (configs/verl/dapo.sh or ppo.sh), with ``values`` filled in."""
-    name = "ppo" if algorithm == "ppo" else "dapo"
-    script = f'source "$1"; afm_{name}_overrides'
-    proc = subprocess.run(["bash", "-c", script, "bash", f"{root}/configs/verl/{name}.sh"], capture_output=True,
-                          text=True, env={**os.environ, **values}, timeout=60)
-    if proc.returncode != 0:
-        raise KnobError(f"configs/verl/{name}.sh failed: {proc.stderr.strip()}")
-    return proc.stdout.splitlines()
-
-
 def engine_overrides(engine: str, device: str, gpus: int, nnodes: int = 1) -> list[str]:
     """Overrides of the rollout engine and the device (experiments/local.sh describes both). On more than one node
     Ray is the cluster ray_cluster.sh started (its nodes declare their logical GPUs; ray.init refuses resources)."""
@@ -196,9 +167,10 @@ def engine_overrides(engine: str, device: str, gpus: int, nnodes: int = 1) -> li
     return out
 
 
-def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_paths: set[str], python: str,
-         dry_run: bool, tail: Sequence[str]) -> RlLaunch:
-    """Check the knobs and build the verl command; warnings are printed as they are found."""
+def plan(s: RlSettings, env: Mapping[str, str], *, task: str, script: str, root: str, caller_dir: str,
+         user_paths: set[str], python: str, dry_run: bool, tail: Sequence[str]) -> RlLaunch:
+    """Check the settings and build the verl command; warnings are printed as they are found. ``env`` is the
+    process environment (CUDA_VISIBLE_DEVICES, SWANLAB_*, what the trainer's workers inherit)."""
 
     def base(name: str) -> str:
         # A relative value is taken from the caller's directory when the caller gave it, else from the repo.
@@ -208,47 +180,31 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
         if not ok:
             raise KnobError(message)
 
-    def one_of(name: str, value: str, options: Sequence[str], words: str) -> None:
-        need(value in options, f"{name} must be {words} (got '{value}')")
-
-    algorithm = k.get("ALGORITHM", "dapo")
-    if algorithm == "ppo":
-        for name in ("KL_COEF", "CRITIC_LR", "CRITIC_WARMUP_RATIO"):
-            need(is_number(k.get(name)), f"{name} must be a number (got '{k.get(name)}')")
-        need(is_posint(k.get("CRITIC_MAX_TOKEN_LEN")),
-             f"CRITIC_MAX_TOKEN_LEN must be a positive integer (got '{k.get('CRITIC_MAX_TOKEN_LEN')}')")
-
-    # ---- knobs (booleans are read in this order; the first bad one is named) ---------------------------------
-    dry_run = as_bool("DRY_RUN", k.get("DRY_RUN", "0")) == "true" or dry_run
-    device = k.get("DEVICE", "gpu")
-    nnodes = k.get("NNODES", "1")
-    join_timeout = k.get("JOIN_TIMEOUT", "300")
-    need(is_posint(join_timeout), f"JOIN_TIMEOUT must be a positive number of seconds (got '{join_timeout}')")
-    gpus = k.get("GPUS_PER_NODE", "1" if device == "cpu" else "8")
-    engine = k.get("ROLLOUT_ENGINE", "vllm")
-    micro = k.get("MICRO_BATCH_SIZE", "2")
-    lr = k.get("LR", "1e-6")
-    temperature, top_p = k.get("TEMPERATURE", "1.0"), k.get("TOP_P", "1.0")
-    tp, rollout_n = k.get("TP"), k.get("ROLLOUT_N")
-    train_bs, mini_bs = k.get("TRAIN_BATCH_SIZE"), k.get("MINI_BATCH_SIZE")
-    prompt_len, response_len = k.get("MAX_PROMPT_LENGTH"), k.get("MAX_RESPONSE_LENGTH")
-    max_turns = k.get("MAX_TURNS")
-    max_tool_calls = k.get("MAX_TOOL_CALLS", max_turns)
-    agent_loop = k.get("AGENT_LOOP", "afm_agent")
-    agent_cfg = k.get("AGENT_LOOP_CONFIG", "configs/verl/agent_loops.yaml")
-    tool_cfg = k.get("TOOL_CONFIG", f"configs/verl/tools/{task}.yaml")
-    agent_workers = k.get("AGENT_NUM_WORKERS", "8")
-    # Greedy validation, as the original (its scripts left verl's val_kwargs: temperature 0, top_p 1, do_sample
-    # false): one deterministic score per question. VAL_DO_SAMPLE=true VAL_TEMPERATURE=0.6 VAL_TOP_P=0.95 VAL_N=16
-    # samples instead (the paper's avg@16 for code).
-    val_n, val_temp, val_top_p = k.get("VAL_N", "1"), k.get("VAL_TEMPERATURE", "0"), k.get("VAL_TOP_P", "1.0")
-    project = k.get("PROJECT_NAME", "afm_rl")
-    experiment = k.get("EXPERIMENT_NAME")
-    logger = k.get("LOGGER", "console,tensorboard")
-    ckpt_dir = k.get("CKPT_DIR", f"{root}/checkpoints/{project}/{experiment}")
+    # ---- checks (before anything starts): each knob's own (RlSettings), then the rules between knobs ----------
+    message = check(s, task)
+    if message:
+        raise KnobError(message)
+    algorithm, device, engine = s.algorithm, s.device, s.rollout_engine
+    nnodes, gpus, tp, rollout_n = s.nnodes, s.gpus_per_node, s.tp, s.rollout_n
+    train_bs, mini_bs, micro = s.train_batch_size, s.mini_batch_size, s.micro_batch_size
+    prompt_len, response_len, max_turns = s.max_prompt_length, s.max_response_length, s.max_turns
+    dry_run = as_bool("DRY_RUN", s.dry_run) == "true" or dry_run
+    use_dyn, overlong = as_bool("USE_DYNAMIC_BSZ", s.use_dynamic_bsz), as_bool("OVERLONG_BUFFER", s.overlong_buffer)
+    val_sample, val_before = as_bool("VAL_DO_SAMPLE", s.val_do_sample), as_bool("VAL_BEFORE_TRAIN", s.val_before_train)
+    param_offload = as_bool("PARAM_OFFLOAD", s.param_offload)
+    opt_offload = as_bool("OPTIMIZER_OFFLOAD", s.optimizer_offload)
+    # derived defaults: from knobs the checks above found sound
+    max_len = str(int(prompt_len) + int(response_len))
+    max_tool_calls = s.max_tool_calls or max_turns
+    ppo_max_tokens = s.ppo_max_token_len or max_len
+    overlong_len = s.overlong_buffer_len or str(int(response_len) // 8)
+    tool_cfg = s.tool_config or f"configs/verl/tools/{task}.yaml"
+    agent_cfg = s.agent_loop_config
+    project, experiment, logger = s.project_name, s.experiment_name, s.logger
+    ckpt_dir = s.ckpt_dir or f"{root}/checkpoints/{project}/{experiment}"
     # The original's SAVE_MODEL_FOLDER: its scripts saved to $SAVE_MODEL_FOLDER/$EXPERIMENT_NAME.
-    save_folder = k.get("SAVE_MODEL_FOLDER")
-    if save_folder and k.get("CKPT_DIR"):
+    save_folder = s.save_model_folder
+    if save_folder and s.ckpt_dir:
         warn(f"SAVE_MODEL_FOLDER (the original's name) is ignored: CKPT_DIR={ckpt_dir} is also set")
     elif save_folder:
         ckpt_dir = f"{save_folder.rstrip('/')}/{experiment}"
@@ -256,89 +212,22 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
             ckpt_dir = f"{base('SAVE_MODEL_FOLDER')}/{ckpt_dir.removeprefix('./')}"
         print(f"[afm]   SAVE_MODEL_FOLDER -> CKPT_DIR={ckpt_dir} (SAVE_MODEL_FOLDER/EXPERIMENT_NAME, as the original "
               "saved)", file=sys.stderr, flush=True)
-    resume_mode, resume_path = k.get("RESUME_MODE", "auto"), k.get("RESUME_FROM_PATH")
-    max_ckpt = k.get("MAX_CKPT_TO_KEEP")
-    rollout_dir = k.get("ROLLOUT_DATA_DIR")
-    reward_manager, reward_fn = k.get("REWARD_MANAGER", "dapo"), k.get("REWARD_FN")
-    reward_workers = k.get("REWARD_NUM_WORKERS", "8")
-    format_mode = k.get("FORMAT_MODE", "score_only")
-    infra_limit = k.get("INFRA_FAIL_LIMIT", "8")
-    both_ints = is_int(prompt_len) and is_int(response_len)
-    overlong_len = k.get("OVERLONG_BUFFER_LEN", str(int(response_len) // 8) if is_int(response_len) else "0")
-    overlong_factor = k.get("OVERLONG_PENALTY_FACTOR", "1.0")
-    sp_size = k.get("SP_SIZE", "1")
-    total_steps = k.get("TOTAL_TRAINING_STEPS")
-    max_len = str(int(prompt_len) + int(response_len)) if both_ints else ""
-    ppo_max_tokens = k.get("PPO_MAX_TOKEN_LEN", max_len)
-    use_dyn = as_bool("USE_DYNAMIC_BSZ", k.get("USE_DYNAMIC_BSZ"))
-    overlong = as_bool("OVERLONG_BUFFER", k.get("OVERLONG_BUFFER", "true"))
-    val_sample = as_bool("VAL_DO_SAMPLE", k.get("VAL_DO_SAMPLE", "false"))
-    val_before = as_bool("VAL_BEFORE_TRAIN", k.get("VAL_BEFORE_TRAIN", "true"))
-    param_offload = as_bool("PARAM_OFFLOAD", k.get("PARAM_OFFLOAD", "true"))
-    opt_offload = as_bool("OPTIMIZER_OFFLOAD", k.get("OPTIMIZER_OFFLOAD", "true"))
-    recipe = {
-        "FILTER_GROUPS": as_bool("FILTER_GROUPS", k.get("FILTER_GROUPS", "true")),
-        "FILTER_METRIC": k.get("FILTER_METRIC", "acc"),
-        "MAX_INFLIGHT_GEN_BATCHES": k.get("MAX_INFLIGHT_GEN_BATCHES", "2"),
-        "MAX_NUM_GEN_BATCHES": k.get("MAX_NUM_GEN_BATCHES", "10"),
-        "CLIP_RATIO_LOW": k.get("CLIP_RATIO_LOW", "0.2"),
-        "CLIP_RATIO_HIGH": k.get("CLIP_RATIO_HIGH", "0.28"),
-        "CLIP_RATIO_C": k.get("CLIP_RATIO_C"),
-        "LOSS_AGG_MODE": k.get("LOSS_AGG_MODE", "token-mean"),
-        "TRAINER_MODE": k.get("TRAINER_MODE", "sync"),
-        "KL_COEF": k.get("KL_COEF"), "CRITIC_LR": k.get("CRITIC_LR"),
-        "CRITIC_WARMUP_RATIO": k.get("CRITIC_WARMUP_RATIO"), "CRITIC_MAX_TOKEN_LEN": k.get("CRITIC_MAX_TOKEN_LEN"),
-    }
+    resume_mode, resume_path = s.resume_mode, s.resume_from_path
+    rollout_dir = s.rollout_data_dir
+    reward_manager, reward_fn = s.reward_manager, s.reward_fn
+    total_steps = s.total_training_steps
 
-    # ---- checks (before anything starts) ---------------------------------------------------------------------
-    one_of("ROLLOUT_ENGINE", engine, ENGINES, "vllm, sglang or hf")
-    trainer_mode = recipe["TRAINER_MODE"]
-    one_of("TRAINER_MODE", trainer_mode, TRAINER_MODES, "sync, colocate_async or separate_async")
-    need(trainer_mode != "separate_async" or device == "gpu",
+    need(s.trainer_mode != "separate_async" or device == "gpu",
          "TRAINER_MODE=separate_async needs GPUs: verl pushes weights to the separate rollout through an "
          "nccl/nixl/mooncake checkpoint engine (trainer_separate_async.py:68); on the CPU use colocate_async")
-    one_of("DEVICE", device, DEVICES, "gpu or cpu")
     need(device != "cpu" or engine == "hf", "DEVICE=cpu needs ROLLOUT_ENGINE=hf (vLLM/SGLang need a GPU)")
     need(engine != "hf" or tp == "1", f"ROLLOUT_ENGINE=hf runs one model copy per rank: TP must be 1 (got '{tp}')")
-    one_of("REWARD_MANAGER", reward_manager, REWARD_MANAGERS, "dapo, rate_limited or naive")
-    one_of("REWARD_FN", reward_fn, REWARD_FNS, "compute_score or compute_score_async")
-    one_of("FORMAT_MODE", format_mode, FORMAT_MODES, "score_only, multiply or penalty")
-    need(infra_limit.isdigit(), f"INFRA_FAIL_LIMIT must be a whole number >= 0 (got '{infra_limit}')")
-    one_of("FILTER_METRIC", recipe["FILTER_METRIC"], FILTER_METRICS, "acc, score or reward")
-    one_of("LOSS_AGG_MODE", recipe["LOSS_AGG_MODE"], LOSS_AGG_MODES, "token-mean, token-sum, seq-mean-token-sum, "
-           "seq-mean-token-mean or seq-mean-token-sum-norm")
-    one_of("RESUME_MODE", resume_mode, RESUME_MODES, "auto, disable or resume_path")
     need(resume_mode != "resume_path" or bool(resume_path),
          "RESUME_MODE=resume_path needs RESUME_FROM_PATH=<CKPT_DIR>/global_step_N")
     loggers = split_list(logger.replace(" ", ""))
     need(bool(loggers), "LOGGER is empty (use console)")
     for item in loggers:
         need(item in LOGGERS, f"LOGGER must be a comma-separated list of {', '.join(LOGGERS)} (got '{logger}')")
-    for name, value in (("NNODES", nnodes), ("GPUS_PER_NODE", gpus), ("TP", tp), ("ROLLOUT_N", rollout_n),
-                        ("TRAIN_BATCH_SIZE", train_bs), ("MINI_BATCH_SIZE", mini_bs), ("MICRO_BATCH_SIZE", micro),
-                        ("LOGPROB_MICRO_BATCH_SIZE", k.get("LOGPROB_MICRO_BATCH_SIZE")),
-                        ("MAX_PROMPT_LENGTH", prompt_len), ("MAX_RESPONSE_LENGTH", response_len),
-                        ("MAX_TURNS", max_turns), ("MAX_TOOL_CALLS", max_tool_calls),
-                        ("AGENT_NUM_WORKERS", agent_workers), ("VAL_N", val_n),
-                        ("TOTAL_EPOCHS", k.get("TOTAL_EPOCHS")), ("REWARD_NUM_WORKERS", reward_workers),
-                        ("PPO_MAX_TOKEN_LEN", ppo_max_tokens), ("SP_SIZE", sp_size),
-                        ("MAX_INFLIGHT_GEN_BATCHES", recipe["MAX_INFLIGHT_GEN_BATCHES"]),
-                        ("MAX_OBS_CHARS", k.get("MAX_OBS_CHARS"))):
-        need(is_posint(value), f"{name} must be a positive integer (got '{value}')")
-    for name, value in (("TEST_FREQ", k.get("TEST_FREQ")), ("SAVE_FREQ", k.get("SAVE_FREQ")),
-                        ("WARMUP_STEPS", k.get("WARMUP_STEPS")),
-                        ("MAX_NUM_GEN_BATCHES", recipe["MAX_NUM_GEN_BATCHES"])):
-        need(is_int(value), f"{name} must be an integer, -1 = off (got '{value}')")
-    for name, value in (("LR", lr), ("TEMPERATURE", temperature), ("TOP_P", top_p), ("VAL_TEMPERATURE", val_temp),
-                        ("VAL_TOP_P", val_top_p), ("GPU_MEM_UTIL", k.get("GPU_MEM_UTIL")),
-                        ("WEIGHT_DECAY", k.get("WEIGHT_DECAY")), ("WARMUP_RATIO", k.get("WARMUP_RATIO")),
-                        ("CLIP_RATIO_LOW", recipe["CLIP_RATIO_LOW"]), ("CLIP_RATIO_HIGH", recipe["CLIP_RATIO_HIGH"]),
-                        ("CLIP_RATIO_C", recipe["CLIP_RATIO_C"]), ("OVERLONG_PENALTY_FACTOR", overlong_factor)):
-        need(is_number(value), f"{name} must be a number (got '{value}')")
-    need(not total_steps or is_posint(total_steps),
-         f"TOTAL_TRAINING_STEPS must be a positive integer or empty (got '{total_steps}')")
-    need(not max_ckpt or is_posint(max_ckpt),
-         f"MAX_CKPT_TO_KEEP must be a positive integer or empty (got '{max_ckpt}')")
     n_nodes, n_gpus, n_tp, n = int(nnodes), int(gpus), int(tp), int(rollout_n)
     n_train, n_mini, n_response = int(train_bs), int(mini_bs), int(response_len)
     need(n_mini <= n_train, f"MINI_BATCH_SIZE ({mini_bs}) must not exceed TRAIN_BATCH_SIZE ({train_bs})")
@@ -353,32 +242,24 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     if reward_manager == "dapo" and overlong == "true":
         need(is_posint(overlong_len) and int(overlong_len) <= n_response,
              f"OVERLONG_BUFFER_LEN must be 1 .. MAX_RESPONSE_LENGTH ({response_len}) (got '{overlong_len}')")
-    if reward_manager != "dapo" and k.get("OVERLONG_BUFFER_LEN"):
+    if reward_manager != "dapo" and s.overlong_buffer_len:
         warn(f"OVERLONG_BUFFER_LEN is used by REWARD_MANAGER=dapo only; {reward_manager} applies no length penalty")
-    max_concurrent, max_rpm = k.get("REWARD_MAX_CONCURRENT", "64"), k.get("REWARD_MAX_RPM")
-    max_tpm, tokens_per_req = k.get("REWARD_MAX_TPM"), k.get("REWARD_TOKENS_PER_REQUEST", "2000")
-    reward_timeout = k.get("REWARD_TIMEOUT", "300")
-    if reward_manager == "rate_limited":
-        need(is_posint(max_concurrent), f"REWARD_MAX_CONCURRENT must be a positive integer (got '{max_concurrent}')")
-        need(not max_rpm or is_posint(max_rpm), f"REWARD_MAX_RPM must be a positive integer (got '{max_rpm}')")
-        need(not max_tpm or is_posint(max_tpm), f"REWARD_MAX_TPM must be a positive integer (got '{max_tpm}')")
-        need(is_posint(tokens_per_req), "REWARD_TOKENS_PER_REQUEST must be a positive integer")
-        need(is_number(reward_timeout), f"REWARD_TIMEOUT must be a number of seconds (got '{reward_timeout}')")
-    need(bool(k.get("MODEL_PATH")), "MODEL_PATH is empty")
+    max_rpm, max_tpm = s.reward_max_rpm, s.reward_max_tpm
+    need(bool(s.model_path), "MODEL_PATH is empty")
     need(bool(_NAME.match(experiment)),
          f"EXPERIMENT_NAME may hold letters, digits, '_', '.', '-' (got '{experiment}')")
     need(bool(_NAME.match(project)), f"PROJECT_NAME may hold letters, digits, '_', '.', '-' (got '{project}')")
 
     # ---- paths: a relative value the caller gave is taken from the caller's directory, a default from the repo --
-    model, model_base = k.get("MODEL_PATH"), base("MODEL_PATH")
+    model, model_base = s.model_path, base("MODEL_PATH")
     # A relative path that exists (here, or under the repo for the default) is a local folder; saves/... and ./...
     # are always folders; anything else is a hub id (org/name).
     if not model.startswith("/") and os.path.exists(f"{model_base}/{model}"):
         model = f"{model_base}/{model.removeprefix('./')}"
     if model.startswith(("saves/", "./")):
         model = f"{model_base}/{model.removeprefix('./')}"
-    train_files = hydra_files("TRAIN_FILES", k.get("TRAIN_FILES"), base("TRAIN_FILES"))
-    val_value = k.get("VAL_FILES")
+    train_files = hydra_files("TRAIN_FILES", s.train_files, base("TRAIN_FILES"))
+    val_value = s.val_files
     val_files = hydra_files("VAL_FILES", val_value, base("VAL_FILES")) if val_value.replace(" ", "") else ""
     if not agent_cfg.startswith("/"):
         agent_cfg = f"{base('AGENT_LOOP_CONFIG')}/{agent_cfg}"
@@ -387,7 +268,7 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     if not ckpt_dir.startswith("/"):
         ckpt_dir = f"{base('CKPT_DIR')}/{ckpt_dir}"
     # The validation dumps default to a folder of the resolved checkpoint directory.
-    val_dir = k.get_set("VAL_DATA_DIR", f"{ckpt_dir}/validation")
+    val_dir = f"{ckpt_dir}/validation" if s.val_data_dir is None else s.val_data_dir
     if val_dir and not val_dir.startswith("/"):
         val_dir = f"{base('VAL_DATA_DIR')}/{val_dir}"
     if rollout_dir and not rollout_dir.startswith("/"):
@@ -400,7 +281,7 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     # ---- the overrides -----------------------------------------------------------------------------------------
     ov = [f"data.train_files={train_files}"]
     if val_files:
-        ov += [f"data.val_files={val_files}", f"trainer.test_freq={k.get('TEST_FREQ')}",
+        ov += [f"data.val_files={val_files}", f"trainer.test_freq={s.test_freq}",
                f"trainer.val_before_train={val_before}"]
     else:
         # verl 0.9.1's V1 trainer builds a validation dataset even when it never validates (trainer_base.py:718):
@@ -414,112 +295,112 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     ov += [f"actor_rollout_ref.model.path={model}",
            "actor_rollout_ref.model.enable_gradient_checkpointing=True",
            "actor_rollout_ref.model.use_remove_padding=True",
-           f"actor_rollout_ref.actor.optim.lr={lr}",
-           f"actor_rollout_ref.actor.optim.lr_warmup_steps={k.get('WARMUP_STEPS')}",
-           f"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio={k.get('WARMUP_RATIO')}",
-           f"actor_rollout_ref.actor.optim.weight_decay={k.get('WEIGHT_DECAY')}",
+           f"actor_rollout_ref.actor.optim.lr={s.lr}",
+           f"actor_rollout_ref.actor.optim.lr_warmup_steps={s.warmup_steps}",
+           f"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio={s.warmup_ratio}",
+           f"actor_rollout_ref.actor.optim.weight_decay={s.weight_decay}",
            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_bs}",
            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
            f"actor_rollout_ref.actor.use_dynamic_bsz={use_dyn}",
            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={ppo_max_tokens}",
-           f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp_size}",
+           f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={s.sp_size}",
            f"actor_rollout_ref.actor.fsdp_config.param_offload={param_offload}",
            f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={opt_offload}"]
-    attn = attention(k.get("ATTN_IMPL", "auto"), python, k.env)
+    attn = attention(s.attn_impl, python, env)
     impl = attn.split(" ", 1)[0]
     ov.append(f"+actor_rollout_ref.model.override_config.attn_implementation={impl}")
     if algorithm == "ppo":
         ov.append(f"+critic.model.override_config.attn_implementation={impl}")
     # DAPO (configs/verl/dapo.sh) or PPO (configs/verl/ppo.sh)
-    ov += recipe_overrides(root, algorithm, {**recipe, "MODEL": model})
+    ov += ppo_overrides(s, model) if algorithm == "ppo" else dapo_overrides(s, as_bool("FILTER_GROUPS", s.filter_groups))
     # rollout: async server, multi-turn through the afm_agent loop
-    logprob_micro = k.get("LOGPROB_MICRO_BATCH_SIZE")
+    logprob_micro = s.logprob_micro_batch_size
     ov += [f"actor_rollout_ref.rollout.name={engine}",
            "actor_rollout_ref.rollout.mode=async",
            f"actor_rollout_ref.rollout.n={rollout_n}",
-           f"actor_rollout_ref.rollout.temperature={temperature}",
-           f"actor_rollout_ref.rollout.top_p={top_p}",
+           f"actor_rollout_ref.rollout.temperature={s.temperature}",
+           f"actor_rollout_ref.rollout.top_p={s.top_p}",
            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}",
-           f"actor_rollout_ref.rollout.gpu_memory_utilization={k.get('GPU_MEM_UTIL')}",
+           f"actor_rollout_ref.rollout.gpu_memory_utilization={s.gpu_mem_util}",
            f"actor_rollout_ref.rollout.max_model_len={max_len}",
            f"actor_rollout_ref.rollout.max_num_batched_tokens={max_len}",
            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={logprob_micro}",
            "actor_rollout_ref.rollout.calculate_log_probs=True",
-           f"actor_rollout_ref.rollout.val_kwargs.n={val_n}",
-           f"actor_rollout_ref.rollout.val_kwargs.temperature={val_temp}",
-           f"actor_rollout_ref.rollout.val_kwargs.top_p={val_top_p}",
+           f"actor_rollout_ref.rollout.val_kwargs.n={s.val_n}",
+           f"actor_rollout_ref.rollout.val_kwargs.temperature={s.val_temperature}",
+           f"actor_rollout_ref.rollout.val_kwargs.top_p={s.val_top_p}",
            f"actor_rollout_ref.rollout.val_kwargs.do_sample={val_sample}",
            "actor_rollout_ref.rollout.multi_turn.enable=True",
            f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={max_turns}",
            f"actor_rollout_ref.rollout.multi_turn.max_user_turns={max_tool_calls}",
-           f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={k.get('MAX_OBS_CHARS')}",
+           f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={s.max_obs_chars}",
            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_cfg}",
            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_cfg}",
-           f"actor_rollout_ref.rollout.agent.default_agent_loop={agent_loop}",
-           f"actor_rollout_ref.rollout.agent.num_workers={agent_workers}",
+           f"actor_rollout_ref.rollout.agent.default_agent_loop={s.agent_loop}",
+           f"actor_rollout_ref.rollout.agent.num_workers={s.agent_num_workers}",
            f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={logprob_micro}"]
     # rollout engine and device (experiments/local.sh)
     ov += engine_overrides(engine, device, n_gpus, n_nodes)
     if n_nodes > 1:
-        ov += runtime_env_overrides(trainer_env(device, k.env))
+        ov += runtime_env_overrides(trainer_env(device, env))
     # SAVE_HF_MODEL=true: every checkpoint also holds the actor as a Hugging Face model
     # (global_step_N/actor/huggingface), ready for afm eval / afm infer without verl's model merger.
-    if as_bool("SAVE_HF_MODEL", k.get("SAVE_HF_MODEL", "false")) == "true":
+    if as_bool("SAVE_HF_MODEL", s.save_hf_model) == "true":
         ov += ["actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
                "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]"]
     # reward: afm's entry through verl's reward loop; afm_<manager> is verl's manager that also hands compute_score
     # the agent loop's fields (afm/rl/reward_manager.py)
-    ov += [f"reward.num_workers={reward_workers}", f"reward.reward_manager.name=afm_{reward_manager}",
+    ov += [f"reward.num_workers={s.reward_num_workers}", f"reward.reward_manager.name=afm_{reward_manager}",
            f"reward.custom_reward_function.path={reward_path}", f"reward.custom_reward_function.name={reward_fn}",
-           f"+reward.custom_reward_function.reward_kwargs.format_mode={format_mode}",
-           f"+reward.custom_reward_function.reward_kwargs.infra_fail_limit={infra_limit}"]
+           f"+reward.custom_reward_function.reward_kwargs.format_mode={s.format_mode}",
+           f"+reward.custom_reward_function.reward_kwargs.infra_fail_limit={s.infra_fail_limit}"]
     if reward_manager == "dapo":
         if algorithm == "ppo":
             warn("REWARD_MANAGER=dapo with ALGORITHM=ppo: DAPO's overlong shaping on PPO")
         ov += [f"+reward.reward_kwargs.max_resp_len={response_len}",
                f"+reward.reward_kwargs.overlong_buffer_cfg.enable={overlong}",
                f"+reward.reward_kwargs.overlong_buffer_cfg.len={overlong_len}",
-               f"+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor={overlong_factor}",
+               f"+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor={s.overlong_penalty_factor}",
                "+reward.reward_kwargs.overlong_buffer_cfg.log=True"]
     elif reward_manager == "rate_limited":
-        ov += [f"+reward.max_concurrent={max_concurrent}", f"+reward.estimated_tokens_per_request={tokens_per_req}",
-               f"+reward.timeout={reward_timeout}"]
+        ov += [f"+reward.max_concurrent={s.reward_max_concurrent}", f"+reward.estimated_tokens_per_request={s.reward_tokens_per_request}",
+               f"+reward.timeout={s.reward_timeout}"]
         ov += [f"+reward.max_rpm={max_rpm}"] if max_rpm else []
         ov += [f"+reward.max_tpm={max_tpm}"] if max_tpm else []
     # trainer: cluster, logging, checkpoints, validation
     ov += [f"trainer.nnodes={nnodes}", f"trainer.n_gpus_per_node={gpus}", f"trainer.project_name={project}",
            f"trainer.experiment_name={experiment}", f"trainer.logger=[{','.join(loggers)}]",
-           f"trainer.total_epochs={k.get('TOTAL_EPOCHS')}", f"trainer.save_freq={k.get('SAVE_FREQ')}",
+           f"trainer.total_epochs={s.total_epochs}", f"trainer.save_freq={s.save_freq}",
            f"trainer.default_local_dir={ckpt_dir}", f"trainer.resume_mode={resume_mode}",
            "trainer.log_val_generations=10",
            # Hydra's own log folder: next to the checkpoints, not ./outputs/ of wherever the script was started
            f"hydra.run.dir={ckpt_dir}/hydra/${{now:%Y-%m-%d_%H-%M-%S}}"]
     ov += [f"trainer.total_training_steps={total_steps}"] if total_steps else []
     ov += [f"trainer.resume_from_path={resume_path}"] if resume_mode == "resume_path" else []
-    ov += [f"trainer.max_actor_ckpt_to_keep={max_ckpt}"] if max_ckpt else []
+    ov += [f"trainer.max_actor_ckpt_to_keep={s.max_ckpt_to_keep}"] if s.max_ckpt_to_keep else []
     ov += [f"trainer.validation_data_dir={val_dir}"] if val_dir else []
     ov += [f"trainer.rollout_data_dir={rollout_dir}"] if rollout_dir else []
-    ov += [*k.get("EXTRA_ARGS").split(), *tail]
+    ov += [*s.extra_args.split(), *tail]
 
     # ---- environment notes -------------------------------------------------------------------------------------
     added: dict[str, str] = {}
     env_lines = []
-    ray_address = k.get("RAY_ADDRESS")
+    ray_address = s.ray_address
     if n_nodes > 1:
         added["RAY_ADDRESS"] = ray_address = ray_address or "auto"
         env_lines.append(f"RAY_ADDRESS={ray_address}")
     elif ray_address:
         env_lines.append(f"RAY_ADDRESS={ray_address}")
-    if "CUDA_VISIBLE_DEVICES" in k.env:
-        env_lines.append(f"CUDA_VISIBLE_DEVICES={k.env['CUDA_VISIBLE_DEVICES']}")
+    if "CUDA_VISIBLE_DEVICES" in env:
+        env_lines.append(f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}")
     if "swanlab" in logger.replace(" ", "").split(","):
         # verl's swanlab logger reads these from the environment; its default log dir is relative to the repo root.
-        log_dir = k.env.get("SWANLAB_LOG_DIR") or f"{ckpt_dir}/swanlog"
+        log_dir = env.get("SWANLAB_LOG_DIR") or f"{ckpt_dir}/swanlog"
         added["SWANLAB_LOG_DIR"] = (log_dir if log_dir.startswith("/")
                                     else f"{caller_dir.rstrip('/')}/{log_dir.removeprefix('./')}")
         env_lines.append(f"SWANLAB_LOG_DIR={added['SWANLAB_LOG_DIR']}")
-        if k.env.get("SWANLAB_MODE"):
-            env_lines.append(f"SWANLAB_MODE={k.env['SWANLAB_MODE']}")
+        if env.get("SWANLAB_MODE"):
+            env_lines.append(f"SWANLAB_MODE={env['SWANLAB_MODE']}")
 
     lines = [f"[afm] {script}: task={task} nodes={nnodes} gpus/node={gpus} device={device} engine={engine} TP={tp} "
              f"prompts/step={train_bs} x {rollout_n} rollouts, mini-batch={mini_bs}, "
@@ -534,15 +415,15 @@ def plan(k: Knobs, *, task: str, script: str, root: str, caller_dir: str, user_p
     files = [f.removesuffix("]") for f in split_list(f"{train_files.removeprefix('[')},{val_files.removeprefix('[')}")]
     return RlLaunch(python, ov, "\n".join(lines), ckpt_dir, device, n_nodes, dry_run,
                     inputs=[*files, tool_cfg, agent_cfg], model=model, env=added, gpus=n_gpus,
-                    join_timeout=join_timeout)
+                    join_timeout=s.join_timeout)
 
 
-def prepare_local(python: str, workdir: str, knobs: Knobs) -> None:
+def prepare_local(python: str, workdir: str, settings: RlSettings) -> None:
     """--local: build the toy parquet and policy when the profile's defaults point at them."""
     if not workdir:
         return
-    wanted = (knobs.get("TRAIN_FILES") == f"{workdir}/toy_train.parquet"
-              or knobs.get("MODEL_PATH") == f"{workdir}/toy_policy")
+    wanted = (settings.train_files == f"{workdir}/toy_train.parquet"
+              or settings.model_path == f"{workdir}/toy_policy")
     built = (os.path.isfile(f"{workdir}/toy_train.parquet")
              and os.path.isfile(f"{workdir}/toy_policy/afm_toy_policy.json"))
     if wanted and not built:
@@ -612,27 +493,54 @@ def run(launch: RlLaunch, root: str) -> int:
     return status
 
 
+def script_arguments(args: Sequence[str]) -> tuple[str, bool, bool, list[str]]:
+    """A script's arguments: ("help" | "", --dry-run, --local, the Hydra overrides), read in order as the scripts
+    always did (the first --help wins; an unknown option or a word that is no key=value stops the launch)."""
+    dry_run = local = False
+    tail = []
+    for arg in args:
+        if arg in ("-h", "--help"):
+            return "help", dry_run, local, tail
+        if arg == "--dry-run":
+            dry_run = True
+        elif arg == "--local":
+            local = True
+        elif arg.startswith("-"):
+            raise KnobError(f"unknown option '{arg}' (options: --dry-run, --local, --help; everything else is a Hydra "
+                            "override key=value)")
+        elif "=" not in arg:
+            raise KnobError(f"argument '{arg}' is not a Hydra override (key=value)")
+        else:
+            tail.append(arg)
+    return "", dry_run, local, tail
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m afm.rl.knobs", description=__doc__.splitlines()[0])
-    p.add_argument("--task", required=True, choices=("web", "code", "mhqa"))
+    p.add_argument("--task", required=True, choices=TASK_NAMES)
     p.add_argument("--script", required=True, help="the script's name, for messages")
     p.add_argument("--root", required=True, help="the repository")
     p.add_argument("--cwd", default=os.getcwd(), help="where the script was started (relative knobs it was given)")
-    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="a knob as the script holds it (after aliases and defaults); others come from the environment")
-    p.add_argument("--user-path", action="append", default=[], metavar="NAME",
-                   help="a path knob the caller gave (taken from --cwd when relative)")
     p.add_argument("--python", required=True, help="the trainer's python (PYTHON, else $AFM_RL_VENV/bin/python)")
-    p.add_argument("--local-workdir", default="", help="--local: the folder of the toy task and policy")
-    p.add_argument("--dry-run", action="store_true", help="print the command, run nothing (also DRY_RUN=1)")
-    p.add_argument("tail", nargs="*", help="more Hydra overrides (after --)")
+    p.add_argument("--caller-names", default=None,
+                   help="the variables the caller exported, space-separated, for the misspelling check (before "
+                        "environment.sh added its own); default: this process's environment")
+    p.add_argument("args", nargs="*", help="the script's arguments (after --): --dry-run, --local, --help, "
+                                           "Hydra overrides key=value")
     args = p.parse_args(argv)
-    knobs = Knobs(dict(item.split("=", 1) for item in args.knob), os.environ)
     try:
-        launch = plan(knobs, task=args.task, script=args.script, root=args.root, caller_dir=args.cwd,
-                      user_paths=set(args.user_path), python=args.python, dry_run=args.dry_run, tail=args.tail)
+        mode, dry_run, local, tail = script_arguments(args.args)
+        if mode == "help":
+            print(usage(args.script, args.task, os.environ), end="", flush=True)
+            return 0
+        workdir = (os.environ.get("AFM_LOCAL_DIR") or f"{args.root}/runs/rl_local/{args.task}") if local else ""
+        callers = None if args.caller_names is None else args.caller_names.split()
+        # Into this process's environment, as the scripts exported them: the trainer inherits the knobs' names.
+        settings, given = resolve(os.environ, args.task, local=local, work=workdir, caller_names=callers)
+        launch = plan(settings, os.environ, task=args.task, script=args.script, root=args.root, caller_dir=args.cwd,
+                      user_paths=given, python=args.python, dry_run=dry_run, tail=tail)
         if not launch.dry_run:
-            prepare_local(args.python, args.local_workdir, knobs)
+            prepare_local(args.python, workdir, settings)
         problems = launch.problems()
         if args.task == "web" and not os.environ.get("GRM_BASE_URL"):
             warn("GRM_BASE_URL is empty: web rewards fall back to exact match / F1 instead of the LLM judge")

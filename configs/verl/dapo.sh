@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# configs/verl/dapo.sh: the DAPO recipe as verl 0.9.1 Hydra overrides (sourced by experiments/common.sh).
+# configs/verl/dapo.sh: the DAPO recipe as verl 0.9.1 Hydra overrides (described here, built by afm/launch/rl.py).
 #
 # verl 0.9.1 has no recipe/ folder: every DAPO piece is a built-in key of the `ppo_trainer` config.
 #
@@ -13,7 +13,7 @@
 #                             (V1 trainer only: trainer.use_v1=true)                        drops all-0 / all-1 groups
 #   overlong reward shaping   reward.reward_manager.name=afm_dapo (verl's dapo manager, registered by afm so that
 #                             the reward function also sees the agent loop's fields: afm/rl/reward_manager.py)
-#                             +reward.reward_kwargs.{max_resp_len,overlong_buffer_cfg.*}    see experiments/common.sh
+#                             +reward.reward_kwargs.{max_resp_len,overlong_buffer_cfg.*}    see afm/rl/knobs.py
 #
 # filter_groups.metric=acc: our compute_score returns `acc` (the answer alone, 0/1) next to `score` (acc after the
 # format rule and penalties). Filtering on acc keeps a group whose answers differ even when every score carries
@@ -23,25 +23,5 @@
 # max_num_gen_batches x data.train_batch_size groups with an error, as the DAPO paper's trainer did (0 = no cap).
 # max_inflight_gen_batches bounds the prompt batches generating at once while filtered groups are refilled.
 
-# afm_dapo_overrides: print the DAPO overrides, one per line. Reads FILTER_GROUPS, FILTER_METRIC,
-# MAX_INFLIGHT_GEN_BATCHES, MAX_NUM_GEN_BATCHES, CLIP_RATIO_LOW, CLIP_RATIO_HIGH, CLIP_RATIO_C, LOSS_AGG_MODE
-# (already validated by the caller).
-afm_dapo_overrides() {
-  printf '%s\n' \
-    "algorithm.adv_estimator=grpo" \
-    "algorithm.norm_adv_by_std_in_grpo=True" \
-    "algorithm.use_kl_in_reward=False" \
-    "actor_rollout_ref.actor.use_kl_loss=False" \
-    "actor_rollout_ref.actor.kl_loss_coef=0.0" \
-    "actor_rollout_ref.actor.entropy_coeff=0" \
-    "actor_rollout_ref.actor.clip_ratio_low=${CLIP_RATIO_LOW}" \
-    "actor_rollout_ref.actor.clip_ratio_high=${CLIP_RATIO_HIGH}" \
-    "actor_rollout_ref.actor.clip_ratio_c=${CLIP_RATIO_C}" \
-    "actor_rollout_ref.actor.loss_agg_mode=${LOSS_AGG_MODE}" \
-    "algorithm.filter_groups.enable=${FILTER_GROUPS}" \
-    "algorithm.filter_groups.metric=${FILTER_METRIC}" \
-    "algorithm.filter_groups.max_num_gen_batches=${MAX_NUM_GEN_BATCHES}" \
-    "algorithm.filter_groups.max_inflight_gen_batches=${MAX_INFLIGHT_GEN_BATCHES}" \
-    "trainer.use_v1=true" \
-    "trainer.v1.trainer_mode=${TRAINER_MODE:-sync}"
-}
+# The overrides are built in Python, in the launcher's one process: afm/launch/rl.py (dapo_overrides), with the
+# knobs' values from RlSettings (no bash round trip). This file stays as the recipe's description.
