@@ -228,7 +228,7 @@ def test_pinned_version_lookup():
 def test_import_path_lookup():
     assert get_prompt("afm.prompts.web_agent:WEB_AGENT") is get_prompt("web_agent")
     with pytest.raises(TypeError, match="not a Prompt"):
-        get_prompt("afm.prompts.web_agent:TOOLS")
+        get_prompt("afm.prompts.web_agent:GRAMMAR")
 
 
 def test_search_r1_keeps_its_tags_out_of_the_default_registry():

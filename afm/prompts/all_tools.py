@@ -7,27 +7,30 @@ the order of functions and answer tips.
 
 from __future__ import annotations
 
-from afm.prompts._text import format_rules, successor_lines, unwrap
-from afm.prompts.registry import START, Prompt
-from afm.prompts.web_agent import ANSWER_FORMAT, ANSWER_TIPS, SCORING
+from afm.prompts._grammar import Grammar
+from afm.prompts._text import unwrap
+from afm.prompts.registry import START
+from afm.prompts.web_agent import ANSWER_FORMAT, research_text
 from afm.trajectory import render
 
 VERSION = "2026-11-22.1"
-TOOLS = ("web_search", "crawl_page", "code")
-TAGS = ("think", "plan", "web_search", "crawl_page", "code", "observation", "reflection", "suggested_answer",
-        "double_check", "answer")
 _ANY_TOOL = ("web_search", "crawl_page", "code")
-SUCCESSORS = (
-    (START, ("plan",)),
-    ("plan", (*_ANY_TOOL, "suggested_answer")),
-    ("web_search", (*_ANY_TOOL, "reflection", "suggested_answer")),
-    ("crawl_page", (*_ANY_TOOL, "reflection", "suggested_answer")),
-    ("code", (*_ANY_TOOL, "reflection", "suggested_answer")),
-    ("reflection", ("plan", *_ANY_TOOL, "suggested_answer")),
-    ("suggested_answer", ("double_check",)),
-    ("double_check", ("plan", *_ANY_TOOL, "answer")),
+GRAMMAR = Grammar(
+    tools=_ANY_TOOL,
+    tags=("think", "plan", *_ANY_TOOL, "observation", "reflection", "suggested_answer", "double_check", "answer"),
+    answer_format=ANSWER_FORMAT,
+    successors=(
+        (START, ("plan",)),
+        ("plan", (*_ANY_TOOL, "suggested_answer")),
+        ("web_search", (*_ANY_TOOL, "reflection", "suggested_answer")),
+        ("crawl_page", (*_ANY_TOOL, "reflection", "suggested_answer")),
+        ("code", (*_ANY_TOOL, "reflection", "suggested_answer")),
+        ("reflection", ("plan", *_ANY_TOOL, "suggested_answer")),
+        ("suggested_answer", ("double_check",)),
+        ("double_check", ("plan", *_ANY_TOOL, "answer")),
+    ),
+    think_before=("plan", *_ANY_TOOL, "reflection", "suggested_answer", "double_check", "answer"),
 )
-THINK_BEFORE = ("plan", *_ANY_TOOL, "reflection", "suggested_answer", "double_check", "answer")
 
 EXAMPLE = render([
     ("think", "I need the founding year of Velmora, then a subtraction."),
@@ -79,27 +82,9 @@ Tool usage
 - Put exactly one query in <web_search>, nothing but URLs in <crawl_page>, and a fenced ```py block in <code>.
 """)
 
-ORDER = "Order of functions\n" + unwrap("""
-Write <think> before every function. Apart from <think>, each function may be followed only by:
-""") + "\n" + successor_lines(SUCCESSORS, TOOLS)
+TEXT = research_text(INTRO, GRAMMAR, "How many years before 1900 was Velmora founded?", EXAMPLE)
 
-EXAMPLE_INTRO = unwrap("""
-Example (the question was "How many years before 1900 was Velmora founded?"; the <observation> blocks are
-  what the environment inserts):
-""")
-
-TEXT = "\n\n".join([INTRO, SCORING, ORDER, format_rules(), ANSWER_TIPS, EXAMPLE_INTRO, EXAMPLE])
-
-AFM_ALL_TOOLS = Prompt(
-    key="afm_all_tools",
-    version=VERSION,
-    text=TEXT,
-    tools=TOOLS,
-    answer_format=ANSWER_FORMAT,
-    description="Web research agent with web_search, crawl_page and the Python code tool (mandatory for "
-                "calculations), with reflection scores and a 1-4 double check (AFM all-tools).",
-    tags=TAGS,
-    examples=(EXAMPLE,),
-    successors=SUCCESSORS,
-    think_before=THINK_BEFORE,
-)
+AFM_ALL_TOOLS = GRAMMAR.prompt(
+    "afm_all_tools", VERSION, TEXT, EXAMPLE,
+    "Web research agent with web_search, crawl_page and the Python code tool (mandatory for calculations), with "
+    "reflection scores and a 1-4 double check (AFM all-tools).")

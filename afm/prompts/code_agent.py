@@ -16,21 +16,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from afm.prompts._grammar import Grammar
 from afm.prompts._text import format_rules, unwrap
-from afm.prompts.registry import START, Prompt
+from afm.prompts.registry import START
 from afm.trajectory import render
 
 VERSION = "2026-11-22.1"
-TOOLS = ("code",)
-TAGS = ("think", "plan", "code", "observation", "reflection", "answer")
-SUCCESSORS = (
-    (START, ("plan",)),
-    ("plan", ("code",)),
-    ("code", ("reflection",)),
-    ("reflection", ("code", "answer")),
+GRAMMAR = Grammar(
+    tools=("code",),
+    tags=("think", "plan", "code", "observation", "reflection", "answer"),
+    answer_format="<answer> holding one complete ```py program (no tests, no explanation)",
+    successors=(
+        (START, ("plan",)),
+        ("plan", ("code",)),
+        ("code", ("reflection",)),
+        ("reflection", ("code", "answer")),
+    ),
+    think_before=("code", "answer"),
 )
-THINK_BEFORE = ("code", "answer")
-ANSWER_FORMAT = "<answer> holding one complete ```py program (no tests, no explanation)"
 
 SEQUENCE = unwrap("""
 Required sequence
@@ -113,18 +116,10 @@ def render_extra(extra: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-CODE_AGENT = Prompt(
-    key="code_agent",
-    version=VERSION,
-    text=TEXT,
-    tools=TOOLS,
-    answer_format=ANSWER_FORMAT,
-    description="Code agent: plan, then test code in the sandbox with reflection, then answer one complete "
-                "program; extra stdin=True or starter_code=... (AFM CodeAgent).",
-    tags=TAGS,
-    examples=(EXAMPLE,),
-    successors=SUCCESSORS,
-    think_before=THINK_BEFORE,
+CODE_AGENT = GRAMMAR.prompt(
+    "code_agent", VERSION, TEXT, EXAMPLE,
+    "Code agent: plan, then test code in the sandbox with reflection, then answer one complete program; extra "
+    "stdin=True or starter_code=... (AFM CodeAgent).",
     extra_keys=("stdin", "starter_code"),
     render_extra=render_extra,
 )

@@ -8,15 +8,16 @@ Structure of AFM's math prompt (``reference/upstream_afm.md`` §1.3) in afm's ow
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from afm.prompts._text import format_rules, unwrap
-from afm.prompts.code_agent import SEQUENCE, SUCCESSORS, THINK_BEFORE
-from afm.prompts.registry import Prompt
+from afm.prompts.code_agent import GRAMMAR as CODE_GRAMMAR
+from afm.prompts.code_agent import SEQUENCE
 from afm.trajectory import render
 
 VERSION = "2026-11-22.1"
-TOOLS = ("code",)
-TAGS = ("think", "plan", "code", "observation", "reflection", "answer")
-ANSWER_FORMAT = "<answer> holding the final result in \\boxed{...}"
+# The code agent's functions and order, with a \boxed{} result instead of a program.
+GRAMMAR = replace(CODE_GRAMMAR, answer_format="<answer> holding the final result in \\boxed{...}")
 
 EXAMPLE = render([
     ("plan", "1. Write the sum of k^2 for k = 1..10. 2. Compute it with code and compare with "
@@ -52,16 +53,7 @@ Example (the task was "Compute 1^2 + 2^2 + ... + 10^2"; the <observation> block 
   inserts):
 """) + "\n\n" + EXAMPLE
 
-MATH_AGENT = Prompt(
-    key="math_agent",
-    version=VERSION,
-    text=TEXT,
-    tools=TOOLS,
-    answer_format=ANSWER_FORMAT,
-    description="Math agent: plan, then compute and check with Python with reflection, then a \\boxed{} "
-                "answer (AFM CodeAgent, math tasks).",
-    tags=TAGS,
-    examples=(EXAMPLE,),
-    successors=SUCCESSORS,
-    think_before=THINK_BEFORE,
-)
+MATH_AGENT = GRAMMAR.prompt(
+    "math_agent", VERSION, TEXT, EXAMPLE,
+    "Math agent: plan, then compute and check with Python with reflection, then a \\boxed{} answer (AFM "
+    "CodeAgent, math tasks).")

@@ -7,21 +7,24 @@ and several acceptable answers separated by ``|``.
 
 from __future__ import annotations
 
-from afm.prompts._text import format_rules, successor_lines, unwrap
-from afm.prompts.registry import START, Prompt
+from afm.prompts._grammar import Grammar
+from afm.prompts._text import format_rules, unwrap
+from afm.prompts.registry import START
 from afm.trajectory import render
 
 VERSION = "2026-11-22.1"
-TOOLS = ("wiki_search",)
-TAGS = ("think", "plan", "wiki_search", "observation", "reflection", "answer")
-SUCCESSORS = (
-    (START, ("plan", "wiki_search")),
-    ("plan", ("wiki_search",)),
-    ("wiki_search", ("wiki_search", "reflection", "answer")),
-    ("reflection", ("plan", "wiki_search")),
+GRAMMAR = Grammar(
+    tools=("wiki_search",),
+    tags=("think", "plan", "wiki_search", "observation", "reflection", "answer"),
+    answer_format="<answer>short answer</answer>; several acceptable answers separated by |, most likely first",
+    successors=(
+        (START, ("plan", "wiki_search")),
+        ("plan", ("wiki_search",)),
+        ("wiki_search", ("wiki_search", "reflection", "answer")),
+        ("reflection", ("plan", "wiki_search")),
+    ),
+    think_before=("plan", "wiki_search", "answer"),
 )
-THINK_BEFORE = ("plan", "wiki_search", "answer")
-ANSWER_FORMAT = "<answer>short answer</answer>; several acceptable answers separated by |, most likely first"
 
 EXAMPLE = render([
     ("think", "Two hops: find the town on the River Aster, then who founded it."),
@@ -59,7 +62,7 @@ Rules
 
 Order of functions
 Apart from <think>, each function may be followed only by:
-""") + "\n" + successor_lines(SUCCESSORS, TOOLS) + "\n\n" + format_rules() + "\n\n" + unwrap("""
+""") + "\n" + GRAMMAR.order_lines() + "\n\n" + format_rules() + "\n\n" + unwrap("""
 Answer tips
 - Give only the answer, a name, number, date or short phrase, with no explanation.
 - If several answers are equally acceptable (for example different names of the same thing), write them all
@@ -69,16 +72,6 @@ Example (the question was "Who founded the town that the River Aster flows throu
   blocks are what the environment inserts):
 """) + "\n\n" + EXAMPLE
 
-MHQA = Prompt(
-    key="mhqa",
-    version=VERSION,
-    text=TEXT,
-    tools=TOOLS,
-    answer_format=ANSWER_FORMAT,
-    description="Multi-hop QA agent over the Wikipedia retriever (wiki_search), answers separated by | "
-                "(AFM MHQA-Agent).",
-    tags=TAGS,
-    examples=(EXAMPLE,),
-    successors=SUCCESSORS,
-    think_before=THINK_BEFORE,
-)
+MHQA = GRAMMAR.prompt(
+    "mhqa", VERSION, TEXT, EXAMPLE,
+    "Multi-hop QA agent over the Wikipedia retriever (wiki_search), answers separated by | (AFM MHQA-Agent).")

@@ -8,8 +8,8 @@ with ``format_observation(output, tag=prompt.observation_tag)``.
 
 from __future__ import annotations
 
+from afm.prompts._grammar import Grammar
 from afm.prompts._text import format_rules, unwrap
-from afm.prompts.registry import Prompt
 from afm.trajectory import DEFAULT_REGISTRY, Tag, TagKind, TagRegistry, render
 
 VERSION = "2026-11-22.1"
@@ -19,9 +19,14 @@ SEARCH_R1_TAGS = TagRegistry([
     Tag("search", TagKind.TOOL, "retrieval; body is the query"),
     Tag("information", TagKind.OBSERVATION, "retrieved passages inserted by the environment", opaque=True),
 ])
-TOOLS = ("search",)
-TAGS = ("think", "search", "information", "answer")
-ANSWER_FORMAT = "<answer>short answer</answer>"
+GRAMMAR = Grammar(
+    tools=("search",),
+    tags=("think", "search", "information", "answer"),
+    answer_format="<answer>short answer</answer>",
+    think_before=("search", "answer"),
+    observation_tag="information",
+    registry=SEARCH_R1_TAGS,
+)
 
 EXAMPLE = render([
     ("think", "I do not know which river flows through Velmora, so I search."),
@@ -42,16 +47,6 @@ Example (the question was "Which river flows through Velmora?"; the <information
   environment inserts):
 """) + "\n\n" + EXAMPLE
 
-SEARCH_R1 = Prompt(
-    key="search_r1",
-    version=VERSION,
-    text=TEXT,
-    tools=TOOLS,
-    answer_format=ANSWER_FORMAT,
-    description="Legacy Search-R1 format: think, search, information (environment), answer.",
-    tags=TAGS,
-    examples=(EXAMPLE,),
-    think_before=("search", "answer"),
-    observation_tag="information",
-    registry=SEARCH_R1_TAGS,
-)
+SEARCH_R1 = GRAMMAR.prompt(
+    "search_r1", VERSION, TEXT, EXAMPLE,
+    "Legacy Search-R1 format: think, search, information (environment), answer.")

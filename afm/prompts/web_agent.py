@@ -7,25 +7,30 @@ which function may follow which, and tips for a concise, definite answer.
 
 from __future__ import annotations
 
-from afm.prompts._text import format_rules, successor_lines, unwrap
-from afm.prompts.registry import START, Prompt
+from afm.prompts._grammar import Grammar
+from afm.prompts._text import format_rules, unwrap
+from afm.prompts.registry import START
 from afm.trajectory import render
 
 VERSION = "2026-11-22.1"
-TOOLS = ("web_search", "crawl_page")
-TAGS = ("think", "plan", "web_search", "crawl_page", "observation", "reflection", "suggested_answer",
-        "double_check", "answer")
-SUCCESSORS = (
-    (START, ("plan",)),
-    ("plan", ("web_search", "crawl_page", "suggested_answer")),
-    ("web_search", ("web_search", "crawl_page", "reflection", "suggested_answer")),
-    ("crawl_page", ("web_search", "crawl_page", "reflection", "suggested_answer")),
-    ("reflection", ("plan", "web_search", "crawl_page", "suggested_answer")),
-    ("suggested_answer", ("double_check",)),
-    ("double_check", ("plan", "web_search", "crawl_page", "answer")),
-)
-THINK_BEFORE = tuple(t for t in TAGS if t not in ("think", "observation"))
+_TAGS = ("think", "plan", "web_search", "crawl_page", "observation", "reflection", "suggested_answer",
+         "double_check", "answer")
 ANSWER_FORMAT = "<answer>a concise, definite answer: a name, number, date or short phrase</answer>"
+GRAMMAR = Grammar(
+    tools=("web_search", "crawl_page"),
+    tags=_TAGS,
+    answer_format=ANSWER_FORMAT,
+    successors=(
+        (START, ("plan",)),
+        ("plan", ("web_search", "crawl_page", "suggested_answer")),
+        ("web_search", ("web_search", "crawl_page", "reflection", "suggested_answer")),
+        ("crawl_page", ("web_search", "crawl_page", "reflection", "suggested_answer")),
+        ("reflection", ("plan", "web_search", "crawl_page", "suggested_answer")),
+        ("suggested_answer", ("double_check",)),
+        ("double_check", ("plan", "web_search", "crawl_page", "answer")),
+    ),
+    think_before=tuple(t for t in _TAGS if t not in ("think", "observation")),
+)
 
 SCORING = unwrap("""
 Scoring
@@ -101,27 +106,23 @@ Tool usage
 - Put exactly one query in <web_search> and nothing but URLs in <crawl_page>.
 """)
 
-ORDER = "Order of functions\n" + unwrap("""
-Write <think> before every function. Apart from <think>, each function may be followed only by:
-""") + "\n" + successor_lines(SUCCESSORS, TOOLS)
 
-EXAMPLE_INTRO = unwrap("""
-Example (the question was "Which river flows through Velmora?"; the <observation> blocks are what the
+def research_text(intro: str, grammar: Grammar, example_question: str, example: str) -> str:
+    """The text of a web research prompt: ``intro`` (its functions and tool usage), the scoring, the order of
+    functions, the format rules, the answer tips and the example of ``example_question``."""
+    order = "Order of functions\n" + unwrap("""
+Write <think> before every function. Apart from <think>, each function may be followed only by:
+""") + "\n" + grammar.order_lines()
+    example_intro = unwrap(f"""
+Example (the question was "{example_question}"; the <observation> blocks are what the
   environment inserts):
 """)
+    return "\n\n".join([intro, SCORING, order, format_rules(), ANSWER_TIPS, example_intro, example])
 
-TEXT = "\n\n".join([INTRO, SCORING, ORDER, format_rules(), ANSWER_TIPS, EXAMPLE_INTRO, EXAMPLE])
 
-WEB_AGENT = Prompt(
-    key="web_agent",
-    version=VERSION,
-    text=TEXT,
-    tools=TOOLS,
-    answer_format=ANSWER_FORMAT,
-    description="Web research agent: plan, web_search, crawl_page, reflection scores, suggested answer and a "
-                "1-4 double check before the answer (AFM WebAgent).",
-    tags=TAGS,
-    examples=(EXAMPLE,),
-    successors=SUCCESSORS,
-    think_before=THINK_BEFORE,
-)
+TEXT = research_text(INTRO, GRAMMAR, "Which river flows through Velmora?", EXAMPLE)
+
+WEB_AGENT = GRAMMAR.prompt(
+    "web_agent", VERSION, TEXT, EXAMPLE,
+    "Web research agent: plan, web_search, crawl_page, reflection scores, suggested answer and a 1-4 double check "
+    "before the answer (AFM WebAgent).")
