@@ -11,7 +11,7 @@
 #   bash experiments/ray_cluster.sh stop
 #
 # Knobs: RAY_PORT (6379), HEAD_ADDR (worker: the head's address; head: the address to advertise, default the
-# first of `hostname -I`), GPUS_PER_NODE (8), DASHBOARD_PORT (8265), PYTHON / AFM_VENV (which environment's
+# first of `hostname -I`), GPUS_PER_NODE (the RL scripts' default), DASHBOARD_PORT (8265), PYTHON / AFM_VENV (which environment's
 # `ray` to run: $AFM_ROOT/.venv-rl/bin/ray when present), NUM_CPUS (Ray's logical CPUs of this node; default its
 # cores; verl reserves 3 per GPU and a few more for its other actors, so a small machine needs more than it has),
 # NODE_IP (this node's address as the others reach it; default Ray's choice, 127.0.0.1 when HEAD_ADDR is),
@@ -51,7 +51,7 @@ fi
 port=${RAY_PORT:-6379}
 num_cpus=${NUM_CPUS:-}
 agent_port=${AGENT_PORT:-52365}
-gpus=${GPUS_PER_NODE:-8}
+gpus=${GPUS_PER_NODE:-}  # unset: the RL scripts' default (afm/launch/rl.py), read in node_args
 dashboard_port=${DASHBOARD_PORT:-8265}
 ray_bin=ray
 if [[ -n ${PYTHON:-} && -x $(dirname "$PYTHON")/ray ]]; then
@@ -60,7 +60,7 @@ elif [[ -x $AFM_ROOT/${AFM_VENV:-.venv-rl}/bin/ray ]]; then
   ray_bin=$AFM_ROOT/${AFM_VENV:-.venv-rl}/bin/ray
 fi
 [[ $port =~ ^[0-9]+$ ]] || die "RAY_PORT must be a port number (got '$port')"
-[[ $gpus =~ ^[0-9]+$ ]] || die "GPUS_PER_NODE must be a whole number (got '$gpus')"
+[[ -z $gpus || $gpus =~ ^[0-9]+$ ]] || die "GPUS_PER_NODE must be a whole number (got '$gpus')"
 [[ -z $num_cpus || $num_cpus =~ ^[0-9]+$ ]] || die "NUM_CPUS must be a whole number (got '$num_cpus')"
 [[ $agent_port =~ ^[0-9]+$ ]] || die "AGENT_PORT must be a port number (got '$agent_port')"
 
@@ -71,6 +71,10 @@ node_args() {
   [[ -x $py ]] || py=python3
   versions=$("$py" -c 'import afm, verl; print(f"afm_version={afm.__version__},verl_version={verl.__version__}")' \
     2> /dev/null) || die "$py cannot import afm and verl: this node needs the RL environment (.venv-rl)"
+  if [[ -z $gpus ]]; then
+    gpus=$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from afm.launch.rl import default
+print(default("GPUS_PER_NODE"))' "$AFM_ROOT") || die "$py cannot read afm's GPUS_PER_NODE default"
+  fi
   NODE_ARGS=(--num-gpus="$gpus" --labels="$versions" --dashboard-agent-listen-port="$agent_port")
   [[ -n $num_cpus ]] && NODE_ARGS+=(--num-cpus="$num_cpus")
   [[ -n ${RAY_TEMP_DIR:-} ]] && NODE_ARGS+=(--temp-dir="$RAY_TEMP_DIR")

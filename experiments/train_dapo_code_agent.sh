@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # DAPO for the code agent (sandboxed code tool, unit-test reward): 256 prompts x 8 rollouts, mini-batch 32,
 # lr 1e-6, <=8 tool calls, clip 0.2/0.28. Two-stage length schedule (the paper grows the budget from 16k to 32k):
-#   STAGE=1 (default): prompt 4k + response 16k; train until the reward plateaus;
-#   STAGE=2: prompt 4k + response 28k (32k context), starting from the stage-1 policy:
+#   stage 1 (the default): prompt 4k + response 16k; train until the reward plateaus;
+#   stage 2 (STAGE=2): prompt 4k + response 28k (32k context), starting from the stage-1 policy:
 #     python -m verl.model_merger merge --backend fsdp \
 #       --local_dir checkpoints/afm_rl/dapo_code_agent/global_step_N/actor --target_dir saves/code_rl_stage1
 #     STAGE=2 MODEL_PATH=saves/code_rl_stage1 bash experiments/train_dapo_code_agent.sh

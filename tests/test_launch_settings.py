@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from afm.launch import rl
 from afm.launch.names import apply_aliases, misspelt
+from afm.launch.rl import RlSettings
 from afm.launch.settings import knobs, markdown_table
 from afm.launch.sft import ORIGINAL_NAMES, SftSettings, known_names, usage
 from afm.launch.values import KnobError
@@ -32,7 +34,8 @@ def second_literals(root: Path) -> list[str]:
     values (its AFM_SCRIPT_DEFAULTS list, the original's recipe) are that script's facts, not afm's default."""
     defaults = declared_defaults()
     found = []
-    python = [*sorted((root / "afm/launch").glob("*.py")), root / "afm/sft/knobs.py"]
+    # afm/launch/rl.py holds the RL recipe's own values (test_each_rl_default_is_written_once checks those)
+    python = [*sorted(p for p in (root / "afm/launch").glob("*.py") if p.name != "rl.py"), root / "afm/sft/knobs.py"]
     for path in (p for p in python if p.is_file()):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call):
@@ -150,3 +153,121 @@ def test_the_docs_table_is_generated_from_the_settings():
         doc.write_text(head + start + expected + end + tail, encoding="utf-8")
         return
     assert block == expected, "docs/sft_knobs.md is out of date: AFM_RECORD=1 pytest tests/test_launch_settings.py"
+
+
+# ---- the RL settings (afm/launch/rl.py) ----------------------------------------------------------------------------
+def rl_declared() -> dict[str, set[str]]:
+    """RL knob variable -> every value afm declares for it: the field's default and the values of the per-task and
+    profile layers (TASKS, CODE_STAGES, PPO, LOCAL, CPU, HF_ENGINE), each written once in afm/launch/rl.py."""
+    out: dict[str, set[str]] = {}
+    for f, k in knobs(RlSettings):
+        if isinstance(f.default, str) and f.default:
+            out.setdefault(k.env, set()).add(f.default)
+    for layer in (*rl.TASKS.values(), *rl.CODE_STAGES.values(), rl.PPO, rl.LOCAL, rl.CPU, rl.HF_ENGINE):
+        for name, value in layer.items():
+            if value and "{" not in value:
+                out.setdefault(name, set()).add(value)
+    return out
+
+
+def rl_second_literals(root: Path) -> list[str]:
+    """Every place under ``root`` where an RL knob is written with one of its declared values outside the one
+    declaration in afm/launch/rl.py: in Python a call holding both (``k.get("LR", "1e-6")``) or a dict entry
+    (``{"TP": "8"}``), in the RL shell files ``TP=8`` / ``${TP:=8}`` / ``${TP:-8}`` or a table row ``#   TP   8``.
+    A usage example (a comment line that runs ``bash ...`` or continues one) is what a user types, not a default;
+    the SFT settings' own declarations (``knob()`` in afm/launch/sft.py) are another recipe's."""
+    declared = rl_declared()
+    found = []
+    python = [p for p in [*sorted((root / "afm/launch").glob("*.py")), root / "afm/rl/knobs.py"] if p.is_file()]
+    for path in python:
+        mine = path.name == "rl.py" and path.parent.name == "launch"  # the declarations: the layer dicts
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            pairs: list[tuple[str, str]] = []
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") != "knob":
+                words = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                pairs = [(name, value) for name in words for value in words if name in declared]
+            elif isinstance(node, ast.Dict) and not mine:
+                pairs = [(k.value, v.value) for k, v in zip(node.keys, node.values, strict=True)
+                         if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)]
+            found += [f"{path.relative_to(root)}:{node.lineno}: {name} {value}" for name, value in pairs
+                      if value in declared.get(name, ())]
+    scripts = [*sorted((root / "experiments").glob("*.sh")), *sorted((root / "configs/verl").glob("*.sh")),
+               root / "scripts/knobs.sh"]
+    for path in (p for p in scripts if p.is_file()):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith("#") and ("bash " in line or line.endswith("\\")):
+                continue
+            # In a comment, NAME=value is a restated default when the line lists values (two or more of them);
+            # one alone is how a sentence names an option (ROLLOUT_ENGINE=hf).
+            listed = not line.startswith("#") or len(re.findall(r"\b[A-Z][A-Z0-9_]*=", line)) >= 2
+            for name, values in declared.items():
+                for value in values:
+                    value_re = re.escape(value) + r"(?![\w.])"
+                    if (re.search(rf"\b{name}(:-|:=)[\"']?{value_re}|^#\s+{name}\s+{value_re}", line)
+                            or (listed and re.search(rf"\b{name}=[\"']?{value_re}", line))):
+                        found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    return found
+
+
+def test_each_rl_default_is_written_once():
+    assert sum(map(len, rl_declared().values())) >= 100  # the scan sees the settings and the layers
+    assert rl_second_literals(REPO) == []
+
+
+def test_the_rl_scan_finds_a_second_literal(tmp_path):
+    """A task default written again in a launch file (as experiments/common.sh once held them all) is found."""
+    for folder in ("afm/launch", "afm/rl", "experiments", "configs/verl", "scripts"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "experiments/common.sh").write_text(': "${ROLLOUT_N:=8}" "${TP:=8}"\n#   LR        1e-6\n',
+                                                    encoding="utf-8")
+    (tmp_path / "afm/rl/knobs.py").write_text('lr = k.get("LR", "1e-6")\nx = {"MAX_TURNS": "25"}\n', encoding="utf-8")
+    found = rl_second_literals(tmp_path)
+    assert [line.split(": ", 1)[0] for line in found] == ["afm/rl/knobs.py:1", "afm/rl/knobs.py:2",
+                                                          "experiments/common.sh:1", "experiments/common.sh:1",
+                                                          "experiments/common.sh:2"]
+
+
+def test_rl_help_lists_every_knob_with_the_scripts_values():
+    for task, algorithm, script in (("web", "", "w.sh"), ("mhqa", "ppo", "p.sh"), ("code", "", "c.sh")):
+        text = rl.usage(script, task, {"ALGORITHM": algorithm} if algorithm else {})
+        values = rl.script_defaults(task, algorithm)
+        for _, k in knobs(RlSettings):
+            row = next((line for line in text.splitlines() if line.startswith(f"  {k.env} ")), None)
+            assert row is not None, k.env
+            if k.env in values:
+                assert row.split(None, 2)[1] == values[k.env], (task, k.env, row)
+        for old, new in rl.ORIGINAL_NAMES.items():
+            assert f"{old} ({new})" in " ".join(text.split())
+    assert "ROLLOUT_N               1 " in rl.usage("p.sh", "mhqa", {"ALGORITHM": "ppo"})
+
+
+def test_rl_settings_apply_the_layers_in_order():
+    """The caller's value wins over --local, which wins over the task, which wins over the declared default; an
+    empty VAL_FILES stays empty (no validation) while an empty TP takes the task's."""
+    env = {"ROLLOUT_N": "3", "VAL_FILES": "", "TP": "", "STAGE": "2"}
+    settings, given = rl.resolve(env, "code", local=False, work="", caller_names=[])
+    assert (settings.rollout_n, settings.val_files, settings.tp) == ("3", "", rl.default("TP"))
+    assert settings.max_response_length == rl.CODE_STAGES["2"]["MAX_RESPONSE_LENGTH"] and not given
+    local, _ = rl.resolve({"MODEL_PATH": "org/m"}, "code", local=True, work="/w", caller_names=[])
+    assert (local.device, local.rollout_engine, local.tp, local.lr) == ("cpu", "hf", "1", rl.default("LR"))
+    assert local.rollout_n == rl.LOCAL["ROLLOUT_N"] and local.train_files == "/w/toy_train.parquet"
+    ppo, _ = rl.resolve({"ALGORITHM": "ppo"}, "mhqa", local=False, work="", caller_names=[])
+    assert (ppo.rollout_n, ppo.experiment_name, ppo.reward_manager) == ("1", "ppo_mhqa_agent", "naive")
+    with pytest.raises(KnobError, match="STAGE must be 1"):
+        rl.resolve({"STAGE": "3"}, "code", local=False, work="", caller_names=[])
+
+
+def test_the_rl_docs_tables_are_generated_from_the_settings():
+    """docs/rl_knobs.md's tables are markdown_table(RlSettings) and task_table(); AFM_RECORD=1 rewrites them."""
+    doc = REPO / "docs/rl_knobs.md"
+    text = doc.read_text(encoding="utf-8")
+    for marker, expected in (("rl-knobs", markdown_table(RlSettings)), ("rl-tasks", rl.task_table())):
+        start, end = f"<!-- generated:{marker} -->\n", "<!-- /generated -->"
+        head, rest = text.split(start, 1)
+        block, tail = rest.split(end, 1)
+        if os.environ.get("AFM_RECORD") == "1":
+            text = head + start + expected + end + tail
+            continue
+        assert block == expected, "docs/rl_knobs.md is out of date: AFM_RECORD=1 pytest tests/test_launch_settings.py"
+    if os.environ.get("AFM_RECORD") == "1":
+        doc.write_text(text, encoding="utf-8")
