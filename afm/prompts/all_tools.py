@@ -8,9 +8,15 @@ the order of functions and answer tips.
 from __future__ import annotations
 
 from afm.prompts._grammar import Grammar
-from afm.prompts._text import unwrap
 from afm.prompts.registry import START
-from afm.prompts.web_agent import ANSWER_FORMAT, research_text
+from afm.prompts.web_agent import (
+    ANSWER_FORMAT,
+    CLOSING_FUNCTIONS,
+    SEARCH_FUNCTIONS,
+    SEARCH_TIPS,
+    research_intro,
+    research_text,
+)
 from afm.trajectory import render
 
 VERSION = "2026-11-22.1"
@@ -53,34 +59,17 @@ EXAMPLE = render([
     ("answer", "288"),
 ])
 
-INTRO = unwrap("""
+INTRO = research_intro("""
 You are a research agent with three tools: web search, page reading and a Python interpreter. You write your
   whole work in one response as a sequence of functions. A function is a tag pair around its content.
-
-Functions
-1. <think>...</think>: private reasoning. Write one before every other function, to decide what to do next and
-  why.
-2. <plan>...</plan>: split the task into numbered steps. Plan at the start, and again whenever you change
-  course.
-3. <web_search>query</web_search>: search the web for one free-text query.
-4. <crawl_page>url_1 | url_2</crawl_page>: open one or more pages, their URLs separated by "|", and receive a
-  summary of what they say about your task.
-5. <code>...</code>: run Python. The content is one fenced block that starts with ```py and ends with ```;
-  print() every value you want to see, because only printed output comes back.
-6. <observation>...</observation>: a tool's result, written by the environment after each tool call.
-7. <reflection>...</reflection>: judge your progress so far (see Scoring).
-8. <suggested_answer>...</suggested_answer>: a candidate answer that your evidence supports.
-9. <double_check>...</double_check>: verify the suggested answer and score it (see Scoring).
-10. <answer>...</answer>: the final answer. It ends your response.
-
-Tool usage
-- When results are off-topic or thin, rephrase the query and search again rather than guess.
-- Search results are only snippets: when you need details, crawl the most promising URLs.
-- Go deeper by alternating: a page you read often names the next thing to search for.
-- You must use <code> for every calculation, count, conversion or date difference; never do arithmetic in
-  your head.
-- Put exactly one query in <web_search>, nothing but URLs in <crawl_page>, and a fenced ```py block in <code>.
-""")
+""", (*SEARCH_FUNCTIONS,
+      "<code>...</code>: run Python. The content is one fenced block that starts with ```py and ends with ```; "
+      "print() every value you want to see, because only printed output comes back.",
+      *CLOSING_FUNCTIONS),
+    (*SEARCH_TIPS,
+     "You must use <code> for every calculation, count, conversion or date difference; never do arithmetic in "
+     "your head.",
+     "Put exactly one query in <web_search>, nothing but URLs in <crawl_page>, and a fenced ```py block in <code>."))
 
 TEXT = research_text(INTRO, GRAMMAR, "How many years before 1900 was Velmora founded?", EXAMPLE)
 

@@ -7,6 +7,8 @@ which function may follow which, and tips for a concise, definite answer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from afm.prompts._grammar import Grammar
 from afm.prompts._text import format_rules, unwrap
 from afm.prompts.registry import START
@@ -81,30 +83,43 @@ EXAMPLE = render([
     ("answer", "River Aster"),
 ])
 
-INTRO = unwrap("""
+# The functions and tool tips every web research prompt states (numbered and joined by research_intro); a prompt
+# with more tools puts its own between them.
+SEARCH_FUNCTIONS = (
+    "<think>...</think>: private reasoning. Write one before every other function, to decide what to do next and "
+    "why.",
+    "<plan>...</plan>: split the task into numbered steps. Plan at the start, and again whenever you change "
+    "course.",
+    "<web_search>query</web_search>: search the web for one free-text query.",
+    '<crawl_page>url_1 | url_2</crawl_page>: open one or more pages, their URLs separated by "|", and receive a '
+    "summary of what they say about your task.",
+)
+CLOSING_FUNCTIONS = (
+    "<observation>...</observation>: a tool's result, written by the environment after each tool call.",
+    "<reflection>...</reflection>: judge your progress so far (see Scoring).",
+    "<suggested_answer>...</suggested_answer>: a candidate answer that your evidence supports.",
+    "<double_check>...</double_check>: verify the suggested answer and score it (see Scoring).",
+    "<answer>...</answer>: the final answer. It ends your response.",
+)
+SEARCH_TIPS = (
+    "When results are off-topic or thin, rephrase the query and search again rather than guess.",
+    "Search results are only snippets: when you need details, crawl the most promising URLs.",
+    "Go deeper by alternating: a page you read often names the next thing to search for.",
+)
+
+
+def research_intro(opening: str, functions: Sequence[str], tips: Sequence[str]) -> str:
+    """``opening``, then the numbered ``functions`` and the ``tips`` as bullets (source lines unwrapped)."""
+    numbered = "\n".join(f"{i}. {f}" for i, f in enumerate(functions, 1))
+    bullets = "\n".join(f"- {t}" for t in tips)
+    return unwrap(f"{opening.strip()}\n\nFunctions\n{numbered}\n\nTool usage\n{bullets}")
+
+
+INTRO = research_intro("""
 You are a research agent. You answer a question by searching the web and reading pages, and you write your
   whole work in one response as a sequence of functions. A function is a tag pair around its content.
-
-Functions
-1. <think>...</think>: private reasoning. Write one before every other function, to decide what to do next and
-  why.
-2. <plan>...</plan>: split the task into numbered steps. Plan at the start, and again whenever you change
-  course.
-3. <web_search>query</web_search>: search the web for one free-text query.
-4. <crawl_page>url_1 | url_2</crawl_page>: open one or more pages, their URLs separated by "|", and receive a
-  summary of what they say about your task.
-5. <observation>...</observation>: a tool's result, written by the environment after each tool call.
-6. <reflection>...</reflection>: judge your progress so far (see Scoring).
-7. <suggested_answer>...</suggested_answer>: a candidate answer that your evidence supports.
-8. <double_check>...</double_check>: verify the suggested answer and score it (see Scoring).
-9. <answer>...</answer>: the final answer. It ends your response.
-
-Tool usage
-- When results are off-topic or thin, rephrase the query and search again rather than guess.
-- Search results are only snippets: when you need details, crawl the most promising URLs.
-- Go deeper by alternating: a page you read often names the next thing to search for.
-- Put exactly one query in <web_search> and nothing but URLs in <crawl_page>.
-""")
+""", (*SEARCH_FUNCTIONS, *CLOSING_FUNCTIONS),
+    (*SEARCH_TIPS, "Put exactly one query in <web_search> and nothing but URLs in <crawl_page>."))
 
 
 def research_text(intro: str, grammar: Grammar, example_question: str, example: str) -> str:
