@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -20,6 +20,12 @@ DRAIN_LIMIT = 64 << 20
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class Counter(Protocol):
+    """What :func:`read_request` counts on (:class:`afm.servers.worker_metrics.WorkerMetrics`)."""
+
+    def inc(self, name: str, by: int = 1) -> None: ...
 
 
 class BadRequest(Exception):
@@ -80,3 +86,14 @@ def validate(model: type[M], data: Any) -> M:
     except ValidationError as exc:
         problems = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
         raise BadRequest(422, "invalid request", problems) from None
+
+
+async def read_request(request: Request, model: type[M], max_bytes: int, metrics: Counter) -> M:
+    """Count the request (``requests``), then read its body and validate it as ``model``; a :class:`BadRequest`
+    is counted (``bad_requests``) and raised."""
+    metrics.inc("requests")
+    try:
+        return validate(model, await read_json(request, max_bytes))
+    except BadRequest:
+        metrics.inc("bad_requests")
+        raise

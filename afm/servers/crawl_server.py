@@ -41,7 +41,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from afm.kvcache import KVCache, cache_key, open_cache
-from afm.servers.body import BadRequest, read_json, validate
+from afm.servers.body import BadRequest, read_request
 from afm.servers.common import EnvReader, create_app, flags_to_env, redact, serve, server_arg_parser
 from afm.servers.fetch import (
     DEFAULT_JINA_BASE_URL,
@@ -361,15 +361,14 @@ def create_crawl_app() -> FastAPI:
     @app.post("/crawl_page")
     async def crawl_page(request: Request) -> JSONResponse:
         start = time.monotonic()
-        metrics.inc("requests")
         try:
-            req = validate(CrawlRequest, await read_json(request, settings.max_body_bytes))
-            items = split_urls(req.urls)
-            if not items:
-                raise BadRequest(400, "no URLs given", "urls must name at least one http(s) URL")
+            req = await read_request(request, CrawlRequest, settings.max_body_bytes, metrics)
         except BadRequest as exc:
-            metrics.inc("bad_requests")
             return exc.response()
+        items = split_urls(req.urls)
+        if not items:
+            metrics.inc("bad_requests")
+            return BadRequest(400, "no URLs given", "urls must name at least one http(s) URL").response()
         try:
             result = await asyncio.wait_for(crawler.crawl(req, items), settings.request_timeout_s)
         except TimeoutError:

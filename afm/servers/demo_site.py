@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from afm.demo_content.web import DEMO_DOCUMENTS, DemoDocument
 from afm.env_defaults import default_port
-from afm.testing.procs import ServerProcess, free_port
+from afm.testing.procs import OwnsServer, ServerProcess, free_port
 
 SITE_NAME = "Corvan Atlas"
 # Strings that appear only in the page chrome; extraction must not return them.
@@ -234,7 +234,7 @@ def make_server(host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
     return server
 
 
-class DemoSite:
+class DemoSite(OwnsServer):
     """The demo site as a real subprocess: ``with DemoSite() as site: site.url``."""
 
     def __init__(self, port: int | None = None) -> None:
@@ -247,19 +247,6 @@ class DemoSite:
 
     def page_url(self, slug: str) -> str:
         return f"{self.url}/{slug}.html"
-
-    def start(self) -> DemoSite:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> DemoSite:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from afm.kvcache import KVCache, cache_key, open_cache
-from afm.servers.body import BadRequest, read_json, validate
+from afm.servers.body import BadRequest, read_request
 from afm.servers.common import EnvReader, create_app, flags_to_env, redact, serve, server_arg_parser
 from afm.servers.search_backends import SERPER_URL, LocalBackend, SearchBackend, SerperBackend, UpstreamError
 from afm.servers.worker_metrics import RUN_ID_ENV, WorkerMetrics, new_run_id
@@ -225,12 +225,10 @@ def create_search_app(settings: SearchSettings | None = None) -> FastAPI:
     @app.post("/search")
     async def search(request: Request) -> Response:
         t0 = time.perf_counter()
-        metrics.inc("requests")
         try:
-            req = validate(SearchRequest, await read_json(request, MAX_BODY_BYTES))
+            req = await read_request(request, SearchRequest, MAX_BODY_BYTES, metrics)
             payload, cached = await service.search(req.q, req.num)
         except BadRequest as exc:
-            metrics.inc("bad_requests")
             return exc.response()
         except UpstreamError as exc:
             metrics.inc("upstream_errors")

@@ -31,7 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from afm.servers.body import BadRequest, read_json, validate
+from afm.servers.body import BadRequest, read_request
 from afm.servers.common import EnvReader, create_app, flags_to_env, serve, server_arg_parser
 from afm.servers.corpus import wiki_document
 from afm.servers.worker_metrics import RUN_ID_ENV, WorkerMetrics, new_run_id
@@ -148,11 +148,9 @@ def create_wiki_app(settings: WikiSettings | None = None) -> FastAPI:
     @app.post("/retrieve")
     async def retrieve(request: Request) -> Any:
         t0 = time.perf_counter()
-        metrics.inc("requests")
         try:
-            req = validate(RetrieveRequest, await read_json(request, MAX_BODY_BYTES))
+            req = await read_request(request, RetrieveRequest, MAX_BODY_BYTES, metrics)
         except BadRequest as exc:
-            metrics.inc("bad_requests")
             return exc.response()
         metrics.inc("queries", len(req.queries))
         async with gate:

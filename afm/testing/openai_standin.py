@@ -26,7 +26,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from afm.testing.procs import ServerProcess, free_port
+from afm.testing.procs import OwnsServer, ServerProcess, free_port
 
 DIALECTS = ("vllm", "llamacpp", "llamacpp-python")
 
@@ -254,7 +254,7 @@ def create_app(default_reply: str = "{echo}", model: str = "standin", tokenizer_
     return app
 
 
-class StandIn:
+class StandIn(OwnsServer):
     """Client and process handle for a running stand-in; ``with StandIn() as llm: llm.base_url ...``."""
 
     def __init__(self, port: int | None = None, default_reply: str = "{echo}", model: str = "standin",
@@ -296,19 +296,6 @@ class StandIn:
 
     def reset(self) -> None:
         self._post("/_control/reset", {})
-
-    def start(self) -> StandIn:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> StandIn:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 
 def free_port() -> int:
@@ -97,6 +97,26 @@ class ServerProcess:
         self.proc = None
 
     def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class OwnsServer:
+    """Base of a helper that owns one :class:`ServerProcess` (``self.server``, set by its ``__init__``): start,
+    stop and a ``with`` block over it."""
+
+    server: ServerProcess
+
+    def start(self) -> Self:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
