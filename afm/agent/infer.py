@@ -37,10 +37,11 @@ from afm.agent.runner import (
     close_run,
     format_summary,
     run_tasks,
+    stopped_line,
     summarize,
+    unfinished_line,
 )
 from afm.agent.runner import exit_code as run_exit_code
-from afm.agent.runner import missing as missing_tasks
 from afm.agent.tokens import TokenizerAdapter
 from afm.table_io import read_rows
 from afm.tools import Tool, build_tool, load_tools_config
@@ -235,17 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"afm infer: {exc}", file=sys.stderr)
         return 2
     except StoreWriteError as exc:  # disk full: one line, not a traceback; what was stored stays
-        print(f"afm infer: stopped: {exc}; everything written before is kept: free space and run the same command "
-              "again to resume", file=sys.stderr)
+        print(f"afm infer: {stopped_line(exc, 'everything')}", file=sys.stderr)
         return 1
     print(format_summary(summary))
     run = summary["run"]
     print(json.dumps(run))
-    if run["interrupted"] or run["failed"]:
-        why = f"interrupted by {run['signal']}" if run["interrupted"] else "incomplete"
-        print(f"afm infer: {why}: {missing_tasks(run)} of {missing_tasks(run) + run['done'] + run['skipped']} trajectories have "
-              f"no result ({run['failed']} failed, {run['cancelled']} not run); run the same command again to "
-              "finish them", file=sys.stderr)
+    if note := unfinished_line(run, "trajectories"):
+        print(f"afm infer: {note}", file=sys.stderr)
     return run_exit_code(run)
 
 

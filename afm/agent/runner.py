@@ -261,6 +261,23 @@ def missing(counts: dict[str, Any]) -> int:
     return int(counts.get("failed", 0)) + int(counts.get("cancelled", 0))
 
 
+def stopped_line(exc: StoreWriteError, kept: str) -> str:
+    """What a command says when its run stopped because its store cannot be written: ``kept`` (``"everything"``,
+    ``"every result"``) stays, and the same command resumes."""
+    return f"stopped: {exc}; {kept} written before is kept: free space and run the same command again to resume"
+
+
+def unfinished_line(counts: dict[str, Any], what: str) -> str | None:
+    """What a command says about a run that left ``what`` (``"trajectories"``, ``"samples"``) without a result
+    (interrupted, or tasks failed); None when every task has one."""
+    if not (counts.get("interrupted") or counts.get("failed")):
+        return None
+    why = f"interrupted by {counts['signal']}" if counts.get("interrupted") else "incomplete"
+    total = missing(counts) + counts["done"] + counts["skipped"]
+    return (f"{why}: {missing(counts)} of {total} {what} have no result ({counts['failed']} failed, "
+            f"{counts['cancelled']} not run); run the same command again to finish them")
+
+
 async def close_run(store: JsonlStore, tools: Iterable[Any], backend: Any) -> None:
     """End a run: close the store (its final sync may raise :class:`StoreWriteError`), then every tool and the
     model backend, whatever the store did."""

@@ -44,8 +44,9 @@ from afm.agent.runner import (
     StoreWriteError,
     close_run,
     exit_code,
-    missing,
     run_tasks,
+    stopped_line,
+    unfinished_line,
 )
 
 logger = logging.getLogger("afm.eval")
@@ -291,18 +292,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"afm eval run: {exc}", file=sys.stderr)
         return 2
     except StoreWriteError as exc:  # disk full: one line, not a traceback; what was stored stays
-        print(f"afm eval run: stopped: {exc}; every result written before is kept: free space and run the same "
-              "command again to resume", file=sys.stderr)
+        print(f"afm eval run: {stopped_line(exc, 'every result')}", file=sys.stderr)
         return 1
     except OSError as exc:  # the run folder cannot be written at all (config.json on a full disk, no permission)
         print(f"afm eval run: stopped: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({"run": counts}))
-    if counts["interrupted"] or counts["failed"]:
-        total = missing(counts) + counts["done"] + counts["skipped"]
-        why = f"interrupted by {counts['signal']}" if counts["interrupted"] else "incomplete"
-        print(f"afm eval run: {why}: {missing(counts)} of {total} samples have no result ({counts['failed']} failed, "
-              f"{counts['cancelled']} not run); run the same command again to finish them", file=sys.stderr)
+    if note := unfinished_line(counts, "samples"):
+        print(f"afm eval run: {note}", file=sys.stderr)
     if not args.no_report and not counts["interrupted"]:  # stopped on request: stop now, report later
         from afm.eval.report import write_report
 
