@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Helpers shared by the launchers (sft_scripts/common.sh, experiments/common.sh) and the data, inference, evaluation
 # and server scripts for reading their environment-variable knobs. Sourced, never run. The SFT and RL launchers'
-# checks live in afm/launch/sft.py and afm/rl/knobs.py (afm_run_module runs them).
+# settings, the original project's names and the misspelling check live in afm/launch/ (sft.py, rl.py, names.py;
+# afm_run_module runs them).
 
 afm_die() {
   echo "[afm] error: $*" >&2
@@ -20,79 +21,6 @@ afm_bool() {
     false | 0 | no | off) echo false ;;
     *) afm_die "$name must be true or false (got '$2')" ;;
   esac
-}
-
-# ---- the original project's variable names -------------------------------------------------------------------------
-# afm_alias NEW OLD: the original's scripts spelled some knobs differently (ACTOR_LR, TRAIN_BS, ...; the SFT
-# scripts' DATA_DATA, TEMPALTE, ... are applied by afm/launch/names.py, the same rules, tested against these).
-# When OLD is set and NEW is not, NEW takes OLD's value and one note says so; when both are set, NEW wins and a
-# warning says OLD was ignored. Array-style values of the original's grid-search scripts ("1e-5" or ("1e-5"))
-# arrive as plain strings, so surrounding parentheses and quotes are stripped.
-AFM_ALIAS_NOTED=false
-afm_alias() {
-  local new=$1 old=$2
-  [[ -n ${!old+set} ]] || return 0
-  local value=${!old}
-  value=${value#(}
-  value=${value%)}
-  value=${value//\"/}
-  value=${value//\'/}
-  # The original's grid-search scripts took lists; one afm launch is one configuration.
-  [[ $value =~ [^[:space:]][[:space:]]+[^[:space:]] ]] &&
-    afm_die "$old holds several values ($value): one launch trains one configuration; set $new to one of them"
-  if [[ -n ${!new+set} ]]; then
-    [[ ${!new} == "$value" ]] || afm_warn "$old (the original's name) is ignored: $new=${!new} is also set"
-    return 0
-  fi
-  if [[ $AFM_ALIAS_NOTED == false ]]; then
-    echo "[afm] note: the original project's variable names are accepted as aliases of afm's knobs" >&2
-    AFM_ALIAS_NOTED=true
-  fi
-  echo "[afm]   $old -> $new=$value" >&2
-  printf -v "$new" '%s' "$value"
-  export "${new?}"
-}
-
-# afm_warn_unknown_knobs KNOWN...: warn about every exported variable that is not a knob but is spelled like one
-# (an edit or two away from a knob name, e.g. LEARNNG_RATE), because a misspelt knob is silently ignored.
-afm_warn_unknown_knobs() {
-  local known=" $* " names=() name
-  while IFS= read -r name; do
-    [[ $known == *" $name "* ]] || names+=("$name")
-  done < <(compgen -e)
-  ((${#names[@]} > 0)) || return 0
-  local line
-  while IFS= read -r line; do
-    [[ -n $line ]] && afm_warn "$line"
-  done < <(printf '%s\n' "${names[@]}" | awk -v known="$*" '
-    function dist(a, b,    i, j, la, lb, d, cost, x, y, z) {
-      la = length(a); lb = length(b)
-      for (i = 0; i <= la; i++) d[i, 0] = i
-      for (j = 0; j <= lb; j++) d[0, j] = j
-      for (i = 1; i <= la; i++)
-        for (j = 1; j <= lb; j++) {
-          cost = (substr(a, i, 1) == substr(b, j, 1)) ? 0 : 1
-          x = d[i - 1, j] + 1; y = d[i, j - 1] + 1; z = d[i - 1, j - 1] + cost
-          d[i, j] = (x < y ? (x < z ? x : z) : (y < z ? y : z))
-        }
-      return d[la, lb]
-    }
-    BEGIN { n = split(known, k, " ") }
-    {
-      name = $0
-      if (length(name) < 5 || name !~ /^[A-Z][A-Z0-9_]*$/) next
-      best = ""; bestd = 99
-      for (i = 1; i <= n; i++) {
-        if (length(k[i]) < 5) continue
-        dl = length(name) - length(k[i]); if (dl < 0) dl = -dl
-        if (dl > 2) continue
-        dd = dist(name, k[i])
-        if (dd < bestd) { bestd = dd; best = k[i] }
-      }
-      limit = (length(name) >= 9) ? 2 : 1
-      if (best != "" && bestd <= limit)
-        printf "%s is set but is not a knob of this script; did you mean %s?\n", name, best
-    }')
 }
 
 # ---- help and paths shared by the data, inference and evaluation scripts ------------------------------------------

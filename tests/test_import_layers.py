@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "table_io": set(),
     "env_defaults": set(),  # default ports and model names, read from environment.sh (the only place they are written)
     "launch": set(),  # launch settings declared once (SFT/DPO, RL), their checks, help and command (stdlib only)
-    "launch_knobs": {"launch"},  # moved to afm.launch; kept for the RL launcher's and the quickstart's imports
+    "launch_knobs": {"launch"},  # moved to afm.launch; kept for the quickstart's import
     "model": set(),  # pretrained models prepared for afm: GGUF reading, tokenizer rebuild, HF conversion, export
     "ray_scope": set(),  # a --local run's own Ray folder, stopped without ending other clusters (stdlib only)
     "names": set(),  # the one name normaliser (benchmarks, data sources, prompt keys)

@@ -1,13 +1,13 @@
 """The SFT/DPO settings declared once (afm/launch/sft.py): each default is written in one place, every knob is in
---help and in docs/sft_knobs.md with its default, and the name rules (the original's aliases, misspelt knobs) answer as the bash ones that the
-RL scripts still use (scripts/knobs.sh)."""
+--help and in docs/sft_knobs.md with its default, and the name rules (the original's aliases, misspelt knobs) that
+both the SFT and the RL launch apply (afm/launch/names.py). The same for the RL settings (afm/launch/rl.py)."""
 
 from __future__ import annotations
 
 import ast
+import io
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -90,55 +90,53 @@ def test_help_lists_every_knob_with_its_default():
         assert f"{old} ({new})" in text
 
 
-def _bash(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f'source "{REPO}/scripts/knobs.sh"; {script}'], env={"PATH": "/usr/bin:/bin",
-                          "LC_ALL": "C", **env}, capture_output=True, text=True, timeout=60)
+def _did_you_mean(*pairs: tuple[str, str]) -> list[str]:
+    return [f"{name} is set but is not a knob of this script; did you mean {knob}?" for name, knob in pairs]
 
 
-@pytest.mark.parametrize("env", [
-    {"LEARNNG_RATE": "1", "EPOHCS": "2", "GRADIENT_ACCUMULATON": "3", "XYZZY": "1", "CUTOFF_LENGTH": "9",
-     "PACKNG": "1", "Lower_case": "1", "NNODE": "1", "DATASETS": "a"},
-    {"WARMUP_RATO": "0.1", "MASTERADDR": "x", "IGNORE_OBSERVATON": "1", "TEMPLATE": "qwen"},
+@pytest.mark.parametrize(("env", "known", "expected"), [
+    # 9+ characters may be 2 edits away, shorter names 1; under 5 characters, lower case or 3 edits: left alone
+    ({"LEARNNG_RATE": "1", "EPOHCS": "2", "GRADIENT_ACCUMULATON": "3", "XYZZY": "1", "CUTOFF_LENGTH": "9",
+      "PACKNG": "1", "Lower_case": "1", "NNODE": "1", "DATASETS": "a"}, known_names(),
+     _did_you_mean(("DATASETS", "DATASET"), ("GRADIENT_ACCUMULATON", "GRADIENT_ACCUMULATION"),
+                   ("LEARNNG_RATE", "LEARNING_RATE"), ("NNODE", "NNODES"), ("PACKNG", "PACKING"))),
+    ({"WARMUP_RATO": "0.1", "MASTERADDR": "x", "IGNORE_OBSERVATON": "1", "TEMPLATE": "qwen"}, known_names(),
+     _did_you_mean(("IGNORE_OBSERVATON", "IGNORE_OBSERVATION"), ("MASTERADDR", "MASTER_ADDR"),
+                   ("WARMUP_RATO", "WARMUP_RATIO"))),
+    # the RL scripts' names: knobs, the original's (ACTOR_LR) and the ignored GEN_BS are known
+    ({"TRAIN_BATCHSIZE": "1", "ROLOUT_N": "2", "N": "3", "GEN_BS": "64", "MAX_TURN": "1", "ACTOR_LRR": "1",
+      "STAGES": "1"}, rl.known_names(),
+     _did_you_mean(("ACTOR_LRR", "ACTOR_LR"), ("MAX_TURN", "MAX_TURNS"), ("ROLOUT_N", "ROLLOUT_N"),
+                   ("STAGES", "STAGE"), ("TRAIN_BATCHSIZE", "TRAIN_BATCH_SIZE"))),
 ])
-def test_misspelt_knobs_warn_as_the_bash_check_does(env):
-    known = known_names()
-    bash = _bash(f"afm_warn_unknown_knobs {' '.join(known)}", env)
-    expected = [line.removeprefix("[afm] warning: ") for line in bash.stderr.splitlines()]
-    assert expected  # the cases hold misspellings
-    names = _bash("compgen -e", env).stdout.split()  # what bash sees exported
-    assert misspelt(names, known) == expected
+def test_misspelt_knobs_are_named_with_the_nearest_knob(env, known, expected):
+    assert misspelt(env, known) == expected
 
 
-@pytest.mark.parametrize("env", [
-    {"LEARNING_RATES": '("2e-5")', "DATA_DATA": "x", "TEMPALTE": "qwen3", "TEMPLATE": "qwen"},
-    {"BATCH_SIZES": "'2'", "BATCH_SIZE": "2", "ignore_observation": "false"},
-    {"GRADIENT_ACCUMULATIONS": "(1 2)"},
-    {"OUTPUT_DIR_BASE": ""},
+NOTE = "[afm] note: the original project's variable names are accepted as aliases of afm's knobs\n"
+
+
+@pytest.mark.parametrize(("env", "notes", "added"), [
+    # the grid-search array forms read as their one value; the knob wins over its original name, warned
+    ({"LEARNING_RATES": '("2e-5")', "DATA_DATA": "x", "TEMPALTE": "qwen3", "TEMPLATE": "qwen"},
+     NOTE + "[afm]   DATA_DATA -> DATASET=x\n[afm] warning: TEMPALTE (the original's name) is ignored: "
+     "TEMPLATE=qwen is also set\n[afm]   LEARNING_RATES -> LEARNING_RATE=2e-5\n",
+     {"DATASET": "x", "LEARNING_RATE": "2e-5"}),
+    ({"BATCH_SIZES": "'2'", "BATCH_SIZE": "2", "ignore_observation": "false"},  # equal values: nothing to say
+     NOTE + "[afm]   ignore_observation -> IGNORE_OBSERVATION=false\n", {"IGNORE_OBSERVATION": "false"}),
+    ({"OUTPUT_DIR_BASE": ""}, NOTE + "[afm]   OUTPUT_DIR_BASE -> OUTPUT_DIR=\n", {"OUTPUT_DIR": ""}),
 ])
-def test_the_original_names_apply_as_the_bash_aliases_do(env):
-    pairs = " ".join(f"afm_alias {new} {old};" for old, new in ORIGINAL_NAMES.items())
-    names = " ".join(sorted({*ORIGINAL_NAMES.values(), *ORIGINAL_NAMES}))
-    bash = _bash(f'{pairs} for n in {names}; do [[ -n ${{!n+set}} ]] && echo "$n=${{!n}}"; done; true', env)
-    lines = []
+def test_the_original_names_apply(env, notes, added):
+    out, mine = io.StringIO(), dict(env)
+    apply_aliases(mine, ORIGINAL_NAMES, out=out)
+    assert out.getvalue() == notes
+    assert mine == {**env, **added}
 
-    class Out:
-        @staticmethod
-        def write(text: str) -> None:
-            lines.append(text)
 
-        @staticmethod
-        def flush() -> None:
-            pass
-
-    mine = dict(env)
-    try:
-        apply_aliases(mine, ORIGINAL_NAMES, out=Out())  # type: ignore[arg-type]
-    except KnobError as exc:
-        assert bash.returncode == 2 and bash.stderr == "".join(lines) + f"[afm] error: {exc}\n"
-        return
-    assert bash.returncode == 0, bash.stderr
-    assert bash.stderr == "".join(lines)
-    assert bash.stdout.split() == [f"{n}={mine[n]}" for n in sorted(mine)]
+def test_an_original_name_holding_several_values_is_refused():
+    with pytest.raises(KnobError, match=r"GRADIENT_ACCUMULATIONS holds several values \(1 2\): one launch trains "
+                       "one configuration; set GRADIENT_ACCUMULATION to one of them"):
+        apply_aliases({"GRADIENT_ACCUMULATIONS": "(1 2)"}, ORIGINAL_NAMES, out=io.StringIO())
 
 
 def test_the_docs_table_is_generated_from_the_settings():

@@ -650,9 +650,11 @@ def test_the_old_single_scripts_point_to_the_per_agent_ones(size):
 
 
 def test_sft_outputs_are_where_the_rl_scripts_start():
-    rl = (REPO / "experiments/common.sh").read_text()
-    for script in ("web_agent/sft_qwen2.5_32b.sh", "code_agent/sft_qwen2.5_32b.sh", "mhqa_agent/sft_qwen2.5_7b.sh"):
-        assert f"MODEL_PATH:={DEFAULTS[script][3]}" in rl, script
+    from afm.launch.rl import TASKS  # the RL tasks' starting policies, declared once
+
+    for script, task in (("web_agent/sft_qwen2.5_32b.sh", "web"), ("code_agent/sft_qwen2.5_32b.sh", "code"),
+                         ("mhqa_agent/sft_qwen2.5_7b.sh", "mhqa")):
+        assert TASKS[task]["MODEL_PATH"] == DEFAULTS[script][3], script
 
 
 # ---- docs/original_mapping.md: the tables are what the scripts do ----------------------------------------------

@@ -2,12 +2,13 @@
 check), read from the environment, checked, and turned into the command a launch script runs or prints.
 
 - :mod:`afm.launch.sft`       the SFT/DPO settings (sft_scripts/) and their afm-sft launch
+- :mod:`afm.launch.rl`        the RL settings (experiments/), per-task defaults and profiles as data, the DAPO/PPO
+                              recipe; afm.rl.knobs builds the verl command from them
 - :mod:`afm.launch.settings`  the field declaration (``knob``), the checks and the ``--help`` table
 - :mod:`afm.launch.names`     the original project's knob names (aliases) and the misspelling check
 - :mod:`afm.launch.values`    how values read (numbers, booleans, lists) and the error naming a knob
 - :mod:`afm.launch.command`   the printed command (bash quoting) and the logged run
 - :mod:`afm.launch.multinode` torchrun's rendezvous and hang settings, and one line saying why a node stopped
 
-Standard library only: the scripts run it with whatever interpreter they found. The RL side (afm/rl/knobs.py,
-experiments/common.sh) is still apart.
+Standard library only: the scripts run it with whatever interpreter they found.
 """

@@ -1,7 +1,7 @@
 """Knob names as users type them: the original project's spellings (aliases) and misspelt knobs.
 
-The same rules as scripts/knobs.sh's ``afm_alias`` and ``afm_warn_unknown_knobs`` (which the RL scripts still use),
-so an SFT and an RL script answer an old or misspelt name alike. Standard library only.
+Both launches apply them (afm/launch/sft.py, afm/launch/rl.py), so an SFT and an RL script answer an old or misspelt
+name alike. Standard library only.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ built from these settings by :mod:`afm.rl.knobs` (the trainer side). Standard li
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping, MutableMapping
@@ -127,9 +126,8 @@ class RlSettings:
     stage: str = knob("STAGE", "1", "(code) 1: 16k-token responses | 2: 28k (32k context), from the stage-1 policy",
                       check=Check(CODE_STAGES.__contains__, "1 (16k responses) or 2 (32k context)"), stage="code")
     model_path: str = knob(
-        "MODEL_PATH", "", "HF id or folder of the starting policy: the output of the matching SFT\n"
-        "script (web saves/AFM-WebAgent-32B-sft, code saves/AFM-CodeAgent-32B-sft,\n"
-        "mhqa saves/AFM-MHQA-Agent-7B-sft); AFM_MODEL_PATH is not read here. Set\n"
+        "MODEL_PATH", "", "HF id or folder of the starting policy: the output of the task's SFT\n"
+        "script (sft_scripts/); AFM_MODEL_PATH is not read here. Set\n"
         "in the environment (e.g. left over from an SFT run, where it is the base\n"
         "model), it replaces that default for the actor (and the ppo critic): a\nwarning says so", shown="task")
     train_files: str = knob("TRAIN_FILES", "", "RL parquet(s) from `afm data rl` / data/prepare_rl.sh, comma-separated",
@@ -485,17 +483,20 @@ def usage(script: str, task: str, env: Mapping[str, str]) -> str:
         + ", ".join(f"{old} ({new})" for old, new in ORIGINAL_NAMES.items())
         + ". GEN_BS has no counterpart (verl 0.9.1 refills filtered groups itself) and is ignored with a warning; an "
         "exported variable spelt like a knob but not one (TRAIN_BATCHSIZE, ROLOUT_N) gets a warning.", width=116)
-    per_task = ", ".join(f"{name}: " + " ".join(f"{k}={v}" for k, v in values.items()) for name, values in
-                         (("ALGORITHM=ppo", PPO), ("STAGE=2", CODE_STAGES["2"])))
+    algorithm = env.get("ALGORITHM") or default("ALGORITHM")
+    own = script_defaults(task, env.get("ALGORITHM", ""), env.get("STAGE", ""))
+    listed = "".join(f"  {name:<24} {own[name]}\n" for name in (k.env for _, k in knobs(RlSettings)) if name in own
+                     and name != "ALGORITHM")
     return f"""usage: [VAR=value ...] bash {script} [--dry-run] [--local] [hydra.key=value ...]
 
+defaults of this script (task '{task}', ALGORITHM={algorithm}):
+{listed}
 Multi-turn agentic RL on verl 0.9.1 (`python -m verl.trainer.main_ppo`, V1 trainer, FSDP actor, vLLM/SGLang async
 rollout) with the afm_agent loop, afm's tools and afm's reward entry. Every knob is an environment variable; the
-second column is this script's default (task '{task}'). Arguments are appended as extra Hydra overrides (the last
-value of a key wins), e.g. `bash {script} trainer.total_epochs=1`. Paths you give are taken from the current
-directory when relative; the defaults are under the repo. The knobs are declared, checked and turned into the verl
-command by afm/launch/rl.py (RlSettings) and afm/rl/knobs.py; docs/rl_knobs.md lists every task's values.
-Other defaults: {per_task}.
+second column below is this script's default. Arguments are appended as extra Hydra overrides (the last value of a
+key wins), e.g. trainer.total_epochs=1. Paths you give are taken from the current directory when relative; the
+defaults are under the repo. The knobs are declared, checked and turned into the verl command by afm/launch/rl.py
+(RlSettings) and afm/rl/knobs.py; docs/rl_knobs.md lists what each task, STAGE=2, ALGORITHM=ppo and --local change.
 
 {table(script_defaults(task, env.get('ALGORITHM', ''), env.get('STAGE', '')))}  --local                 the laptop profile (CPU, hf rollout, toy code task, tiny policy, 4 steps):
                                         see experiments/local.sh
@@ -523,4 +524,3 @@ def task_table() -> str:
 
 assert all(set(layer) <= set(_FIELD) for layer in (*TASKS.values(), *CODE_STAGES.values(), PPO, CPU, HF_ENGINE,
                                                    LOCAL)), "a layer names no knob"
-assert dataclasses.is_dataclass(RlSettings)

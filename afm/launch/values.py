@@ -1,6 +1,6 @@
 """How launch knobs read: numbers, booleans and lists as users type them in bash, and the error that names a knob
-whose value cannot work. Shared by the SFT/DPO settings (:mod:`afm.launch.sft`) and the RL launcher
-(:mod:`afm.rl.knobs`). Standard library only: the launchers run it with whatever interpreter the script found."""
+whose value cannot work. Shared by the SFT/DPO settings (:mod:`afm.launch.sft`) and the RL ones
+(:mod:`afm.launch.rl`, :mod:`afm.rl.knobs`). Standard library only: the launchers run it with whatever interpreter the script found."""
 
 from __future__ import annotations
 
