@@ -13,6 +13,7 @@ import pytest
 from afm.chat_client import ChatEndpoint
 from afm.data.teacher.config import RoleConfig, load_teacher_config, teacher_config_from_dict
 from afm.eval.select import SelectorConfig
+from afm.rewards.grm import ModelCallConfig
 from afm.rewards.judge import JudgeConfig, config_summary, judge_overrides
 from afm.servers.summarize import LLMSettings
 
@@ -59,6 +60,24 @@ def test_judge_and_selector_read_the_variables_users_set(monkeypatch):
     assert not JudgeConfig.from_env({}).configured
     assert config_summary(judge)["endpoint"]["api_key"] == "***"
     assert "sk-1" not in repr(judge) and "sk-1" not in str(judge.endpoint)
+
+
+def test_judge_and_selector_share_one_config_and_each_reads_only_its_own_knobs(tmp_path):
+    env = {"AFM_JUDGE_CONCURRENCY": "5", "AFM_JUDGE_K": "3", "AFM_JUDGE_CACHE": str(tmp_path / "j.sqlite"),
+           "AFM_SELECTOR_CONCURRENCY": "7", "AFM_SELECTOR_CACHE": "off"}
+    judge, selector = JudgeConfig.from_env(env), SelectorConfig.from_env(env)
+    assert isinstance(judge, ModelCallConfig) and isinstance(selector, ModelCallConfig)
+    assert (judge.concurrency, judge.k, judge.cache) == (5, 3, str(tmp_path / "j.sqlite"))
+    assert (selector.concurrency, selector.cache) == (7, "off") and not hasattr(selector, "k")
+    assert (JudgeConfig.from_env({}).concurrency, SelectorConfig.from_env({}).concurrency) == (64, 32)
+    assert selector.open_cache() is None
+    cache = judge.open_cache()
+    assert cache is not None
+    cache.close()
+    with pytest.raises(ValueError, match=r"invalid JudgeConfig values: k=0"):
+        JudgeConfig(k=0)
+    with pytest.raises(ValueError, match=r"invalid SelectorConfig values: concurrency=0"):
+        SelectorConfig(concurrency=0)
 
 
 def test_summary_model_reads_summary_and_original_names(monkeypatch):
