@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--rl-lr", type=float, default=None, help="DAPO learning rate (default 3e-5)")
     q.add_argument("--rl-mini-batch", type=int, default=None,
                    help="prompts per PPO update of the 4 a DAPO step samples (default 1: four updates a step)")
+    q.add_argument("--teacher-shortcut", action="store_true",
+                   help="the teacher-shortcut world: the teacher answers lookup questions from stale search snippets, "
+                        "SFT copies it, DAPO (RL set: lookup, lr 1e-4) is meant to remove it (afm.demo.world)")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
     v = sub.add_parser("validate", help="check CoA trajectories in a dataset file")
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                                     student_layers=args.student_layers, student_kv_heads=args.student_kv_heads,
                                     student_width=args.student_width,
                                     rl_steps=args.rl_steps, rl_per_family=args.rl_per_family,
-                                    rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_mini_batch=args.rl_mini_batch)
+                                    rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_mini_batch=args.rl_mini_batch,
+                                    teacher_shortcut=args.teacher_shortcut or None)
         run(args.workdir, profile, seed=args.seed, rl=not args.no_rl)
         return 0
     if args.command == "validate":

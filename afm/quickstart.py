@@ -9,8 +9,8 @@
 5. masked SFT (``afm-sft train``, a real LLaMA-Factory run), evaluated;
 6. RL selection: the SFT policy samples the RL split, ``afm data select`` keeps what it does not always solve;
 7. DAPO through verl's real trainer on the local CPU backend (``experiments/train_dapo_code_agent.sh --local``),
-   evaluated; it is meant to fix ``lookup``, where the SFT policy copied its teacher's shortcut
-   (:mod:`afm.demo.world`, ``RL_TARGET``);
+   evaluated; with ``--teacher-shortcut`` (the teacher-shortcut world of :mod:`afm.demo.world`) the RL set is the
+   ``lookup`` questions, where the SFT policy copied its teacher's shortcut, and DAPO is meant to fix them;
 8. ``summary.json``, ``report.md`` and ``summary.png``: accuracy per stage and family with CIs, tool calls per task,
    tokens per solved task, paired differences.
 """
@@ -52,9 +52,16 @@ class Profile:
     # prompts per PPO update (MINI_BATCH_SIZE) of the 4 a step samples: 1 = four updates a step; with one update a
     # step, 32 steps at 3e-5 left the weakest family where it was, with four they raised it +12 (RESULTS.md, 11-26)
     rl_mini_batch: int = 1
+    # the teacher-shortcut world (afm.demo.world): the teacher answers lookup from stale search snippets, the RL set
+    # is the lookup questions; off by default (its seed-0 student needs more SFT steps; RESULTS.md, 11-26 night)
+    teacher_shortcut: bool = False
 
 
 DEFAULT = Profile()
+# DAPO's learning rate in the teacher-shortcut world (its RL set: lookup only). From seed 1's SFT policy: 4 steps at
+# 1e-4 took greedy lookup 44% -> 92% (+48 [+28, +72]), arith -8 [-20, 0]; 8 steps at 3e-5 moved p(read the page) at
+# the decision 0.29 -> 0.44, short of the greedy choice (+0); 8 at 1e-4 overshot (arith -24, calc -16) (RESULTS.md)
+SHORTCUT_RL_LR = 1e-4
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
                rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with
 
@@ -113,6 +120,7 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         train_rl,
         train_sft,
     )
+    from afm.demo.world import SHORTCUT_FAMILY, SHORTCUT_RATE, SHORTCUT_WHY
     from afm.quickstart_rl import GroupsFiltered
     from afm.quickstart_summary import rename_families, stage_summary, table, write_report
 
@@ -124,13 +132,15 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
     print(f"[1/8] the demo world: {profile.train_per_family} train / {profile.rl_per_family} RL / "
           f"{profile.heldout_per_family} held-out tasks per family (arith, lookup, multihop, calc)", flush=True)
     world, root = make_world(work, seed, {"train": profile.train_per_family, "rl": profile.rl_per_family,
-                                          "heldout": profile.heldout_per_family})
+                                          "heldout": profile.heldout_per_family}, shortcut=profile.teacher_shortcut)
+    target, target_why = (SHORTCUT_FAMILY, SHORTCUT_WHY) if profile.teacher_shortcut else ("", "")
     runs: dict[str, Path] = {}
     with DemoServers(work / "servers", world=world) as servers:
         print("[2/8] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
               "solves the train split with the real tools; afm data filter; afm data convert", flush=True)
         t = time.monotonic()
-        distilled = distill_sft_data(root, servers, work / "distill", seed=seed)
+        distilled = distill_sft_data(root, servers, work / "distill", seed=seed,
+                                     shortcut_rate=SHORTCUT_RATE if profile.teacher_shortcut else 0.0)
         seconds["distill"] = time.monotonic() - t
         data = distilled["data"]
         print(f"      kept {distilled['filter_report'].get('records_out')} SFT samples -> {data}", flush=True)
@@ -169,13 +179,12 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
 
         dapo, rl_skipped = None, ""
         if rl:
-            from afm.demo.world import RL_TARGET, RL_TARGET_WHY
-
-            meant = f" RL is meant to fix {RL_TARGET}: {RL_TARGET_WHY}" if RL_TARGET else ""
+            meant = f" The RL set is the {target} questions: RL is meant to fix them: {target_why}" if target else ""
             print(f"[6/8] RL selection: the SFT policy samples each RL question {profile.rl_samples} times; afm data "
                   f"select drops the ones it always solves.{meant}", flush=True)
             t = time.monotonic()
-            sel = select_rl_data(sft, root, servers, work / "rl_data", n=profile.rl_samples, seed=seed)
+            sel = select_rl_data(sft, root, servers, work / "rl_data", n=profile.rl_samples, seed=seed,
+                                 families=[target] if target else None)
             seconds["rl_select"] = time.monotonic() - t
             print(f"      kept {sel['report'].get('kept')} of {sel['report'].get('questions')} questions "
                   f"(mean pass rate {sel['report'].get('mean_pass_rate', 0):.2f}) -> {sel['parquet']}", flush=True)
@@ -210,8 +219,8 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
     summary["profile"] = asdict(profile)
     summary["sft_loss"] = curve
     notes = [f"{k}: {v:.0f} s" for k, v in seconds.items()]
-    if rl and RL_TARGET:
-        summary["rl_target"] = {"family": RL_TARGET, "why": RL_TARGET_WHY}
+    if rl and target:
+        summary["rl_target"] = {"family": target, "why": target_why}
     summary["models"] = {"untrained": str(model), "sft": str(sft)}
     if dapo is not None:
         summary["rl_reward"] = dapo.curve("critic/score/mean")
@@ -258,7 +267,7 @@ def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) 
     import os
 
     # the spellings the RL scripts accept (afm.rl.knobs reads FILTER_GROUPS with it too)
-    from afm.launch_knobs import parse_bool
+    from afm.launch.values import parse_bool
 
     env = os.environ if env is None else env
     if select_report.get("kept") == 0:
@@ -281,4 +290,6 @@ def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) 
 def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
     """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's)."""
     base = FULL if full else DEFAULT
+    if overrides.get("teacher_shortcut"):  # the world's own DAPO lr, unless --rl-lr says otherwise
+        base = replace(base, teacher_shortcut=True, rl_lr=SHORTCUT_RL_LR)
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})

@@ -171,7 +171,7 @@ def plot(summary: Mapping[str, Any], path: str | Path) -> Path:
         ax.set_xlabel("DAPO step")
         ax.set_ylim(-0.05, 1.05)
         target = (summary.get("rl_target") or {}).get("family")
-        ax.set_title("DAPO reward per step" + (f" (RL set: mostly {target})" if target else ""))
+        ax.set_title("DAPO reward per step" + (f" (RL set: {target} questions)" if target else ""))
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

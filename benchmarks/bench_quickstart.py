@@ -2,12 +2,13 @@
 
 Runs the default profile (or ``--full``) once per seed, each in its own work folder, one after another, and reads
 each run's ``summary.json``. Per seed it prints the stage times, SFT and RL accuracy on the RL target family
-(``afm.demo.world.RL_TARGET``) with the paired RL − SFT difference and its 95% CI, and any other family RL made
+(``rl_target`` in its summary: ``lookup`` with ``--teacher-shortcut``) with the paired RL − SFT difference and its 95% CI, and any other family RL made
 worse beyond its CI (a resolved negative difference). The spread check of issue 28: on every seed, RL − SFT on the
 target family >= ``--min-gain`` points with the CI above 0, and no other family resolved below 0. Exit 1 when a
 seed fails it. The 1-minute load average before and after each run is printed: the machine may be shared.
 
     .venv/bin/python benchmarks/bench_quickstart.py [--seeds 0 1 2] [--out benchmarks/out/quickstart] [--full]
+        [--teacher-shortcut] [-- more afm quickstart flags, e.g. --sft-epochs 6]
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_seed(seed: int, out: Path, full: bool) -> dict[str, Any]:
-    """One ``afm quickstart`` run; its summary plus the wall time and the load around it."""
+def run_seed(seed: int, out: Path, full: bool, extra: list[str] | None = None) -> dict[str, Any]:
+    """One ``afm quickstart`` run (``extra``: more of its flags); its summary plus the wall time and the load."""
     work = out / f"seed{seed}"
     cmd = [sys.executable, "-m", "afm.cli", "quickstart", "--workdir", str(work), "--seed", str(seed)]
     if full:
         cmd.append("--full")
+    cmd += extra or []
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
     with (out / f"seed{seed}.log").open("w") as log:
@@ -66,13 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out" / "quickstart")
     p.add_argument("--full", action="store_true")
     p.add_argument("--min-gain", type=float, default=0.10, help="RL - SFT on the target family (fraction)")
+    p.add_argument("--teacher-shortcut", action="store_true", help="the teacher-shortcut world (RL target: lookup)")
+    p.add_argument("extra", nargs="*", help="more afm quickstart flags (after --)")
     args = p.parse_args(argv)
+    extra = (["--teacher-shortcut"] if args.teacher_shortcut else []) + list(args.extra)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # offline, as the quickstart is meant to run
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     failed = []
     for seed in args.seeds:
-        r = run_seed(seed, args.out, args.full)
+        r = run_seed(seed, args.out, args.full, extra)
         v = verdict(r["summary"], args.min_gain)
         ci = v["ci"] and f"[{100 * v['ci'][0]:+.0f}, {100 * v['ci'][1]:+.0f}]"
         diff = "-" if v["diff"] is None else f"{100 * v['diff']:+.0f} pt"

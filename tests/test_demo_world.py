@@ -69,6 +69,61 @@ def test_every_question_ends_with_what_the_first_thought_restates():
         assert think.startswith(m.group(1)), (task.family, task.question, think)
 
 
+def test_the_default_world_has_no_census_figures_in_its_snippets():
+    """The default world is the one every default run was measured on: its search snippets hold no figure."""
+    world = build_world(0, SMALL)
+    assert all(t.census == 0 for t in world.all_towns())
+    assert all(r["text"].endswith("Facts and figures on its page.") for r in world.search_corpus("http://site"))
+
+
+def test_the_shortcut_world_shows_a_census_count_that_is_out_of_date_for_half_the_towns():
+    """The teacher-shortcut world (afm.demo.world): only the page states the population; the snippet's census count
+    is it for about half the towns and 1-20% off for the others; every other draw is the default world's."""
+    world = build_world(0, {"train": 200, "rl": 5, "heldout": 5}, shortcut=True)
+    towns = world.all_towns()
+    current = sum(t.census == t.population for t in towns) / len(towns)
+    assert 0.4 < current < 0.6, current
+    stale = [t for t in towns if t.census != t.population]
+    assert all(10000 <= t.census < 100000 and abs(t.census - t.population) <= 0.2 * t.population + 1 for t in stale)
+    snippets = {r["title"]: r["text"] for r in world.search_corpus("http://site")}
+    pages = {d["title"]: d["paragraphs"][0] for d in world.site_documents()}
+    t = stale[0]
+    assert f"Census count {t.census};" in snippets[t.name] and str(t.population) not in snippets[t.name]
+    assert f"Its population is {t.population}." in pages[t.name]
+    assert [x.question for x in build_world(0, SMALL, shortcut=True).tasks["heldout"]] == \
+        [x.question for x in build_world(0, SMALL).tasks["heldout"]]
+    assert [(x.name, x.population, x.founded) for x in build_world(0, SMALL, shortcut=True).all_towns()] == \
+        [(x.name, x.population, x.founded) for x in build_world(0, SMALL).all_towns()]
+
+
+def test_the_teacher_takes_the_snippet_shortcut_only_when_asked_and_its_verifier_passes_it():
+    """The imperfect teacher: with ``shortcut_rate`` (SHORTCUT_RATE in the shortcut world), that share of lookup runs
+    plans two searches and no page, answers the snippet's census count, and its verifier (which saw only the
+    snippet) scores that 4, right or wrong; with the page read it answers the page's figure. The other families never
+    take it, and the default teacher (rate 0) never does."""
+    from afm.demo.world import SHORTCUT_RATE
+
+    world = build_world(0, {"train": 300, "rl": 5, "heldout": 5}, shortcut=True)
+    s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0, shortcut_rate=SHORTCUT_RATE)
+    plans = {t.question: s.planner(t.question, "(nothing yet)", "Write the plan.") for t in world.tasks["train"]}
+    lookup = [t for t in world.tasks["train"] if t.family == "lookup"]
+    short = [t for t in lookup if "crawl_page" not in plans[t.question]]
+    assert abs(len(short) / len(lookup) - SHORTCUT_RATE) < 0.07
+    assert all(plans[t.question].count("web_search:") == 2 for t in short)
+    t = next(x for x in short if world.town(x.facts["town"]).census != world.town(x.facts["town"]).population)
+    town = world.town(t.facts["town"])
+    snippet = next(r["text"] for r in world.search_corpus("http://site") if r["title"] == town.name)
+    history = f"<web_search> {town.name} population</web_search>\n\n<observation>\n{snippet}\n</observation>"
+    assert f"<answer>{town.census}</answer>" in s.answerer(t.question, history)
+    user = f"Question: {t.question}\n\nWork so far:\n{history}\n\nSuggested answer: {town.census}\n\nDouble-check"
+    assert "<score>4</score>" in s.verifier(t.question, history, user)  # wrong, and passed: the filter must drop it
+    page = f"\n\n<crawl_page> x</crawl_page>\n\n<observation>\n{town.name} is a town in {town.country}. " \
+           f"Its population is {town.population}.\n</observation>"
+    assert f"<answer>{town.population}</answer>" in s.answerer(t.question, history + page)
+    default = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
+    assert all(default.planner(x.question, "(nothing yet)", "Plan.").count("crawl_page") == 1 for x in lookup)
+
+
 def test_teacher_endpoint_answers_openai_chat_requests():
     with TeacherModel(seed=0) as teacher:
         system = "You are the PLANNER of a research team that answers a question with tools.\n..."
@@ -142,6 +197,31 @@ def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
     filters = {f["name"]: f for f in noisy["filter_report"]["filters"]}
     assert filters["quality"]["dropped"] > 0
     assert filters["upsample"]["added"] > 0
+
+
+def test_shortcut_distillation_keeps_only_the_shortcuts_that_were_right(tmp_path):
+    """The teacher-shortcut world through the real teacher server, search server and filter: the shortcut runs (two
+    searches, no page) answer the snippet's census count; the quality filter drops the wrong ones and keeps the right
+    ones, so the SFT set holds the shortcut but no wrong answer."""
+    from afm.demo.agent_demo import DemoServers
+    from afm.demo.recipe import distill_sft_data, make_world
+    from afm.demo.world import SHORTCUT_RATE
+
+    world, root = make_world(tmp_path, seed=1, per_family={"train": 16, "rl": 1, "heldout": 1}, shortcut=True)
+    with DemoServers(tmp_path / "servers", world=world) as servers:
+        out = distill_sft_data(root, servers, tmp_path / "d", mistake_rate=0.0, miss_rate=0.0,
+                               shortcut_rate=SHORTCUT_RATE)
+    runs = [json.loads(line) for line in out["runs"].read_text().splitlines()]
+    shortcut = [r for r in runs if "-lookup-" in r["question_id"] and
+                {c["name"] for c in r["tool_calls"]} == {"web_search"}]
+    town = {t.question: t for t in world.tasks["train"]}
+    assert shortcut and all(r["final_answer"] == str(world.town(town[r["question"]].facts["town"]).census)
+                            for r in shortcut)
+    right = {r["question_id"] for r in shortcut if r["final_answer"] == r["gold"][0]}
+    wrong = {r["question_id"] for r in shortcut} - right
+    kept = [json.loads(line) for line in out["kept"].read_text().splitlines()]
+    assert right and wrong and right <= {r["question_id"] for r in kept}
+    assert all(r["final_answer"] == r["gold"][0] for r in kept)
 
 
 def test_rl_selection_samples_the_policy_with_real_tools_and_writes_verls_parquet(tmp_path):

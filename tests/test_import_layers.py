@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[1] / "afm"
 # sandbox; agent uses trajectory and tools; rewards uses trajectory and sandbox; eval and data use agent and
 # rewards; sft uses trajectory; rl uses agent, tools and rewards; sft and rl never import each other; servers are
 # standalone services (reached over HTTP).
-UTILS = {"chat_client", "kvcache", "table_io", "names", "env_defaults", "launch_knobs"}
+UTILS = {"chat_client", "kvcache", "table_io", "names", "env_defaults"}
 ALLOWED: dict[str, set[str]] = {
     "trajectory": set(),
     "sandbox": set(),
@@ -29,7 +29,6 @@ ALLOWED: dict[str, set[str]] = {
     "table_io": set(),
     "env_defaults": set(),  # default ports and model names, read from environment.sh (the only place they are written)
     "launch": set(),  # launch settings declared once (SFT/DPO, RL), their checks, help and command (stdlib only)
-    "launch_knobs": {"launch"},  # moved to afm.launch; kept for the quickstart's import
     "model": set(),  # pretrained models prepared for afm: GGUF reading, tokenizer rebuild, HF conversion, export
     "ray_scope": set(),  # a --local run's own Ray folder, stopped without ending other clusters (stdlib only)
     "names": set(),  # the one name normaliser (benchmarks, data sources, prompt keys)
@@ -49,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "demo": {"agent", "tools", "trajectory", "servers", "testing", "sandbox", "rewards", "prompts", "data", "eval",
              "demo_content", "quickstart_rl", *UTILS},
     "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "testing", "prompts",
-                   "demo_content", "quickstart_rl", "quickstart_summary", *UTILS},
+                   "demo_content", "quickstart_rl", "quickstart_summary", "launch", *UTILS},
     "quickstart_rl": {"ray_scope"},
     "quickstart_summary": {"eval"},
     "doctor": {"sft", "sandbox"},

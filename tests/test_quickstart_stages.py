@@ -4,6 +4,7 @@ pure parts of its RL stage (verl tools yaml from the demo servers' tools, verl c
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,30 @@ def test_family_names_lose_the_benchmark_prefix(tmp_path):
     assert set(s["ci"]["rl"]) == set(s["tool_calls"]["rl"]) == {"arith", "lookup", "macro"}
     assert s["questions"] == {"arith": 10, "lookup": 10}
     assert s["comparisons"]["rl_vs_sft"]["lookup"]["diff"] == pytest.approx(0.5)
+
+
+def test_rl_questions_keep_the_families_asked_for(tmp_path):
+    """The RL split a quickstart trains on when the world names a family RL is meant to fix (``RL_TARGET``): only
+    that family's questions, every one of them; no families: the world's file itself; a typo: an error naming it."""
+    from afm.demo.recipe import make_world, rl_questions
+
+    _, root = make_world(tmp_path / "w", 0, {"train": 2, "rl": 3, "heldout": 2})
+    whole = root / "world" / "rl.jsonl"
+    assert rl_questions(root, tmp_path / "sel") == whole
+    rows = [json.loads(line) for line in rl_questions(root, tmp_path / "sel", ["lookup"]).read_text().splitlines()]
+    assert [r["id"] for r in rows] == [f"rl-lookup-{i}" for i in range(3)]
+    assert rows == [json.loads(line) for line in whole.read_text().splitlines() if '"family": "lookup"' in line]
+    with pytest.raises(ValueError, match="lokup"):
+        rl_questions(root, tmp_path / "sel", ["lokup"])
+
+
+def test_teacher_shortcut_profile_takes_its_own_dapo_lr_unless_one_is_given():
+    """``--teacher-shortcut``: the shortcut world and DAPO's lr for its lookup-only RL set; ``--rl-lr`` still wins;
+    without the flag the default profile is unchanged."""
+    from afm.quickstart import DEFAULT, SHORTCUT_RL_LR, profile_from_args
+
+    assert profile_from_args() == DEFAULT and not DEFAULT.teacher_shortcut
+    on = profile_from_args(teacher_shortcut=True)
+    assert on.teacher_shortcut and on.rl_lr == SHORTCUT_RL_LR != DEFAULT.rl_lr
+    assert profile_from_args(teacher_shortcut=True, rl_lr=3e-5).rl_lr == 3e-5
+    assert profile_from_args(teacher_shortcut=None, rl_steps=2) == replace(DEFAULT, rl_steps=2)

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,18 +81,22 @@ def world_tools(servers: Any) -> dict[str, Any]:
     return cfg
 
 
-def make_world(work: str | Path, seed: int = 0, per_family: dict[str, int] | None = None) -> tuple[World, Path]:
-    """Build the world and write its question files under ``work/eval_data/world`` (the eval data root)."""
-    world = build_world(seed, per_family)
+def make_world(work: str | Path, seed: int = 0, per_family: dict[str, int] | None = None, *,
+               shortcut: bool = False) -> tuple[World, Path]:
+    """Build the world (``shortcut``: the teacher-shortcut world, :mod:`afm.demo.world`) and write its question
+    files under ``work/eval_data/world`` (the eval data root)."""
+    world = build_world(seed, per_family, shortcut=shortcut)
     root = Path(work) / "eval_data"
     world.write(root / "world")
     return world, root
 
 
 def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: int = 0,
-                     mistake_rate: float = 0.15, miss_rate: float = 0.3, concurrency: int = 16) -> dict[str, Any]:
+                     mistake_rate: float = 0.15, miss_rate: float = 0.3, shortcut_rate: float = 0.0,
+                     concurrency: int = 16) -> dict[str, Any]:
     """Teacher runs on the train split -> filtered runs -> LLaMA-Factory dataset ``afm_world_sft`` in
-    ``work/sft_data``. Returns the paths and the filter report."""
+    ``work/sft_data`` (``shortcut_rate``: the teacher's lookup shortcut, :mod:`afm.demo.world`). Returns the paths
+    and the filter report."""
     from afm.data.convert import main as convert
     from afm.data.distill import main as distill
     from afm.data.filters import main as filter_runs
@@ -103,7 +108,8 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
     (work / "tools.yaml").write_text(yaml.safe_dump(world_tools(servers)))
     runs, kept = work / "runs.jsonl", work / "kept.jsonl"
     old = os.environ.get("TEACHER_BASE_URL")
-    with TeacherModel(seed=seed, mistake_rate=mistake_rate, miss_rate=miss_rate) as teacher:
+    with TeacherModel(seed=seed, mistake_rate=mistake_rate, miss_rate=miss_rate,
+                      shortcut_rate=shortcut_rate) as teacher:
         os.environ["TEACHER_BASE_URL"] = teacher.base_url
         try:
             rc = distill(["--input", str(world_root / "world" / "train.jsonl"), "--output", str(runs),
@@ -216,20 +222,36 @@ def evaluate(model: Path, data_root: Path, servers: Any, run_dir: Path, *, famil
     return accuracy(run_dir)
 
 
+def rl_questions(world_root: Path, work: Path, families: Sequence[str] | None = None) -> Path:
+    """The world's ``rl`` split, or a copy in ``work`` that keeps only ``families`` (an unknown name is an error)."""
+    questions = world_root / "world" / "rl.jsonl"
+    if not families:
+        return questions
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} {unknown}: the world has {FAMILIES}")
+    rows = [line for line in questions.read_text().splitlines() if json.loads(line)["family"] in families]
+    out = Path(work) / f"rl_{'_'.join(families)}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(row + "\n" for row in rows))
+    return out
+
+
 def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n: int = 4,
                    temperature: float = 1.0, limit: int | None = None, seed: int = 0,
-                   max_questions: int | None = None) -> dict[str, Any]:
+                   max_questions: int | None = None, families: Sequence[str] | None = None) -> dict[str, Any]:
     """The paper's RL selection on the world's ``rl`` split: ``afm infer`` samples ``n`` trajectories per question
     from ``model`` (the SFT policy) with the real tools, then ``afm data select --mode code`` drops the questions it
-    solved every time (nothing left to learn) and writes verl's parquet. Returns the parquet (``None`` when no
-    question is kept) and the report."""
+    solved every time (nothing left to learn) and writes verl's parquet. ``families`` limits the split to those
+    families (the RL data a user picks where the distilled agent falls short). Returns the parquet (``None`` when
+    no question is kept) and the report."""
     from afm.agent.infer import main as infer
     from afm.data.difficulty import main as select
 
     work.mkdir(parents=True, exist_ok=True)
     tools_yaml = work / "tools.yaml"
     tools_yaml.write_text(yaml.safe_dump(world_tools(servers)))
-    questions = world_root / "world" / "rl.jsonl"
+    questions = rl_questions(world_root, work, families)
     samples, parquet = work / "samples.jsonl", work / "rl.parquet"
     sampling = WORLD_SAMPLING
     args = ["--input", str(questions), "--output", str(samples), "--id-key", "id", "--answer-key", "answer",

@@ -5,7 +5,8 @@ Families (the answer is always short and scored by exact match through ``afm.rew
 
 * ``arith``    "Compute 37*48+15."                        -> ``code`` (print the expression) -> 1791
 * ``lookup``   "What is the population of Town 4821?"      -> ``web_search`` (the snippet links the town's page but
-  holds no figure) -> ``crawl_page`` (the page states it)   -> 48213
+  holds no figure; in the teacher-shortcut world, a census count out of date for half the towns) -> ``crawl_page``
+  (the page states it) -> 48213
 * ``multihop`` "What is the founding year of the birthplace of Citizen 3315?" -> ``wiki_search`` (born in Town
   4821) -> ``wiki_search`` (Town 4821 is a town in Keldria, founded in 1843) -> 1843
 * ``calc``     "How many years before 2026 was the founding of Town 4821?" -> ``wiki_search`` (founded in 1843) ->
@@ -25,6 +26,25 @@ pattern instead of four. Before, every default run ended with one family at 0-4%
 shape, the student's ``rope_theta`` at 1e6 and a key/value head per query head, the default learns all four
 (benchmarks/RESULTS.md, 2026-11-26 afternoon).
 
+**The teacher-shortcut world** (``build_world(shortcut=True)``, ``afm quickstart --teacher-shortcut``): the shortcut
+RL removes (the paper's second half: agentic RL takes the distilled agent beyond its teacher). The search snippet of
+a town shows its last census count, and for half the towns (``CENSUS_CURRENT``) the town has grown or shrunk since;
+only its page states the current population, the answer. The teacher is imperfect the way an LLM teacher is: in
+``SHORTCUT_RATE`` of its ``lookup`` runs it takes the snippet's figure and "confirms" it with a second search, which
+shows the same count, instead of opening the page (the second of the two lookups it needs is the wrong one), and its
+verifier, which has seen only the snippet, passes the figure. The quality filter drops the shortcut runs that were
+wrong but keeps the half that happened to be right (two calls and a reflection, like any run), and nothing in the
+snippet tells the two apart, so the SFT set still takes the shortcut in 0.8 x 0.5 : 0.2 = 2 of every 3 ``lookup``
+demonstrations. The student copies that habit: greedy, it answers from the snippet and is right on about half the
+questions; sampled, it reads the page about a third of the time. RL selection then keeps the ``lookup`` questions it
+solves only sometimes, and DAPO's reward, the real ``compute_score`` (exact match with the page's figure), pays the
+rollouts that read the page and not the wrong shortcuts: RL removes a habit SFT cannot, because the filtered
+demonstrations never show it failing. The other families have no such shortcut (their teacher's slips are caught by
+its verifier or dropped by the filter), so SFT learns them fully and RL has nothing to add there; the quickstart's
+RL set is then the ``lookup`` questions (``SHORTCUT_FAMILY``), the RL data a user picks where the distilled agent
+falls short. Not the default yet: on seed 0 the student needs more SFT steps than the default's budget with the
+second route in its data (benchmarks/RESULTS.md, 2026-11-26 night).
+
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
 only come from the tools. The world's documents are served by the demo servers (:class:`afm.demo.agent_demo.
@@ -36,7 +56,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +68,17 @@ DATA_SOURCE = "afm_demo"
 YEAR = 2026
 TOOLS_OF = {"arith": ("code",), "lookup": ("web_search", "crawl_page"), "multihop": ("wiki_search",),
             "calc": ("wiki_search", "code")}
+# the teacher-shortcut world (module docstring; off by default)
+CENSUS_CURRENT = 0.5  # share of towns whose census count in the search snippet is still their population
+SHORTCUT_RATE = 0.8  # share of lookup runs in which the teacher answers from the snippet
+# the family RL is meant to improve there, and why (the quickstart's report says it)
+SHORTCUT_FAMILY = "lookup"
+SHORTCUT_WHY = ("the teacher answers lookup questions from the search snippet's census count without reading the "
+                 "page; the filter keeps the shortcut whenever the count was still right (half the towns), so SFT "
+                 "copies it and is right about half the time; DAPO's reward (compute_score against the page's "
+                 "figure) pays only the rollouts that read the page")
 COUNTRIES = ("Keldria", "Ostmark", "Varelia", "Doruna", "Tessin", "Arvola", "Brenmoor", "Caldera", "Elmaro",
              "Fennick", "Gorvath", "Halvene")
-# The family RL is meant to improve, and why (the quickstart's report says it). Empty in the default world: the
-# teacher shortcut that issue 28 adds for DAPO to remove (commit 37d7e23: stale census counts in the snippets, a
-# teacher that answers from them) is kept out of the default until DAPO is shown to remove it within the default's
-# budget; with it, the SFT student copied the shortcut but 4 DAPO steps left it in place (benchmarks/RESULTS.md).
-RL_TARGET = ""
-RL_TARGET_WHY = ""
 PROMPT = Prompt(
     key="afm.demo.world:PROMPT", version="2026-11-24.1",  # the key resolves to this object (module:attr)
     text=("Solve it with the tools web_search, crawl_page, wiki_search and code; think, plan, call tools, "
@@ -78,6 +101,7 @@ class Town:
     country: str
     population: int
     founded: int
+    census: int = 0  # teacher-shortcut world: the figure the search index still shows (the last census); 0: none
 
     @property
     def slug(self) -> str:
@@ -139,10 +163,14 @@ class World:
                 for t in self.all_towns()]
 
     def search_corpus(self, site_url: str) -> list[dict[str, str]]:
-        """Search records linking each town's page; the snippet names the town but holds no figure."""
+        """Search records linking each town's page; the snippet names the town but holds no figure, except in the
+        teacher-shortcut world: there it shows the last census figure, which is the current population (on the
+        page) for only half the towns."""
         base = site_url.rstrip("/")
         return [{"id": t.slug, "title": t.name, "url": f"{base}/{t.slug}.html",
-                 "text": f"{t.name}, a town in {t.country}. Facts and figures on its page."}
+                 "text": f"{t.name}, a town in {t.country}. " + (
+                     f"Census count {t.census}; current figures on its page." if t.census else
+                     "Facts and figures on its page.")}
                 for t in self.all_towns()]
 
     def wiki_corpus(self) -> list[dict[str, str]]:
@@ -165,7 +193,7 @@ class World:
                 paths[f"{split}_{fam}"] = _write_jsonl(out / f"{split}_{fam}.jsonl",
                                                        [r for r in rows if r["family"] == fam])
         (out / "world.json").write_text(json.dumps({
-            "seed": self.seed, "towns": {s: [asdict(t) for t in v] for s, v in self.towns.items()},
+            "seed": self.seed, "towns": {s: [_town_row(t) for t in v] for s, v in self.towns.items()},
             "people": {s: [asdict(p) for p in v] for s, v in self.people.items()}}, indent=1) + "\n")
         return paths
 
@@ -175,10 +203,33 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> World:
-    """The world for ``seed``: ``per_family[split]`` tasks of each family per split (default 750 / 60 / 25)."""
+def _town_row(town: Town) -> dict[str, Any]:
+    """A town as world.json stores it (``census`` only in the teacher-shortcut world)."""
+    row = asdict(town)
+    if not town.census:
+        row.pop("census")
+    return row
+
+
+def stale_census(population: int, rng: random.Random, current_share: float = CENSUS_CURRENT) -> int:
+    """The search index's census figure of a town: its ``population`` with probability ``current_share``, else an
+    older count, 1-20% off (five digits, never the population)."""
+    if rng.random() < current_share:
+        return population
+    older = population - max(1, round(population * rng.uniform(0.01, 0.2)))
+    return older if older >= 10000 else population + (population - older)  # a town that shrank: still 5 digits
+
+
+def build_world(seed: int = 0, per_family: dict[str, int] | None = None, *, shortcut: bool = False,
+                census_current: float = CENSUS_CURRENT) -> World:
+    """The world for ``seed``: ``per_family[split]`` tasks of each family per split (default 750 / 60 / 25).
+    ``shortcut``: the teacher-shortcut world, where ``census_current`` of the towns' search snippets show their
+    population and the others an older census count (module docstring); every other draw is the same."""
     counts = {"train": 750, "rl": 60, "heldout": 25, **(per_family or {})}
     rng = random.Random(seed)
+    # the census figures from a stream of their own: every other draw (towns, people, operands) stays what it was
+    # on the worlds the student was measured to learn (benchmarks/RESULTS.md)
+    census_rng = random.Random(f"census-{seed}")
     # 2n towns and n people per split, all numbered apart; never a number that reads as a founding year (1200-1989)
     # or a population (5 digits), which the search tools would match and the student would confuse
     needed = sum(3 * counts[s] for s in SPLITS)
@@ -193,6 +244,8 @@ def build_world(seed: int = 0, per_family: dict[str, int] | None = None) -> Worl
         n = counts[split]
         ts = [Town(f"Town {next(numbers)}", rng.choice(COUNTRIES), rng.randrange(10000, 99999),
                    rng.randrange(1200, 1990)) for _ in range(2 * n)]
+        if shortcut:
+            ts = [replace(t, census=stale_census(t.population, census_rng, census_current)) for t in ts]
         ps = [Person(f"Citizen {next(numbers)}", ts[i].name, rng.choice(trades)) for i in range(n)]
         towns[split], people[split] = ts, ps
         out: list[Task] = []
