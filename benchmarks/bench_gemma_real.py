@@ -66,10 +66,12 @@ ORIG_FILES = {
 }
 
 
-# The --local profile's shape (4 prompts x 4 samples, 128-token responses) with 2 turns, and DAPO's group filter off:
-# the pretrained 270M model solves none of the toy tasks, and with the filter on verl would resample until it gave up.
-DAPO_SIZE = {"TRAIN_BATCH_SIZE": "4", "MINI_BATCH_SIZE": "4", "ROLLOUT_N": "4", "MAX_RESPONSE_LENGTH": "128",
-             "MAX_TURNS": "2", "FILTER_GROUPS": "false"}
+# 4 prompts x 2 samples, 128-token responses, 2 turns, DAPO's group filter off (the pretrained 270M model solves none
+# of the toy tasks: with the filter on verl would resample until it gave up). Micro-batches of 2: with the --local
+# profile's 16 the actor's update process held 16.4 GB (Gemma's 262k-vocabulary fp32 logits) and Ray's memory monitor
+# killed it on the shared 23.6 GB machine. Each can be overridden from the environment.
+DAPO_SIZE = {"TRAIN_BATCH_SIZE": "4", "MINI_BATCH_SIZE": "4", "ROLLOUT_N": "2", "MAX_RESPONSE_LENGTH": "128",
+             "MAX_TURNS": "2", "FILTER_GROUPS": "false", "MICRO_BATCH_SIZE": "2", "LOGPROB_MICRO_BATCH_SIZE": "2"}
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -337,7 +339,7 @@ def part_dapo(args: argparse.Namespace, work: Path, gemma: Any) -> dict[str, Any
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_PLATFORM")}
-    env.update(DAPO_SIZE)
+    env.update({k: v for k, v in DAPO_SIZE.items() if k not in os.environ})
     env.update(MODEL_PATH=str(gemma.hf_dir), AFM_LOCAL_DIR=str(work / "dapo_local"), CKPT_DIR=str(run / "ckpt"),
                AFM_RL_TRACE_DIR=str(run / "trace"), TOTAL_TRAINING_STEPS=str(args.dapo_steps), SAVE_FREQ="-1",
                SAVE_HF_MODEL="false", PYTHON=sys.executable, RESUME_MODE="disable")
