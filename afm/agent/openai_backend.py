@@ -136,21 +136,24 @@ class OpenAIBackend:
     async def _text_if_ids_refused(self, dialect: Dialect, url: str, body: dict[str, Any], prompt_ids: list[int],
                                    resp: httpx.Response) -> httpx.Response:
         """``resp``, or the answer to the same request with the prompt as text when the server refused the ids and
-        took the text (a generic OpenAI server not yet known to take ids; llama-cpp-python's answers 500 to ids)."""
-        if (resp.status_code == 200 or resp.status_code in (408, 409, 429) or self.id_prompts is not None
+        took the text (a generic OpenAI server not yet known to take ids; llama-cpp-python's answers 500 to ids).
+        Probed once a run: when the ids go through the second time, the first failure was the server's own and is
+        returned as it was (the caller's retries decide), so a failing server is never hidden behind the probe."""
+        # only a 500 (what llama-cpp-python answers to ids); 502-504 and rate limits say the server is busy
+        if (resp.status_code != 500 or self.id_prompts is not None
                 or dialect.name != "openai" or not isinstance(body.get("prompt"), list)):
             return resp
         try:
             as_text = await self._http().post(url, json={**body, "prompt": self.tok.decode(prompt_ids)})
             if as_text.status_code != 200:
                 return resp  # text fails too: the server is failing, not refusing the prompt's form
-            # ids once more: a server that failed once by chance must not turn the whole run to text prompts
-            again = await self._http().post(url, json=body)
+            # ids once more, one token's worth: a server that failed once by chance must not turn the run to text
+            again = await self._http().post(url, json={**body, "max_tokens": 1, "n": 1})
         except (httpx.TransportError, httpx.TimeoutException):
             return resp
         if again.status_code == 200:
             self.id_prompts = True
-            return again
+            return resp
         if self.id_prompts is None:
             self.id_prompts = False
             logger.warning("afm: the engine at %s refused token-id prompts (HTTP %d twice) and took the same prompt "
