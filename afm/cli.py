@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="prompts per PPO update of the 4 a DAPO step samples (default 1: four updates a step)")
     q.add_argument("--teacher-shortcut", action="store_true",
                    help="the teacher-shortcut world: the teacher answers lookup questions from stale search snippets, "
-                        "SFT copies it, DAPO (RL set: lookup, lr 1e-4) is meant to remove it (afm.demo.world)")
+                        "SFT (6 epochs) copies it, DAPO (RL set: lookup, lr 1e-4) is meant to remove it "
+                        "(afm.demo.world)")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
     v = sub.add_parser("validate", help="check CoA trajectories in a dataset file")

@@ -42,8 +42,9 @@ rollouts that read the page and not the wrong shortcuts: RL removes a habit SFT 
 demonstrations never show it failing. The other families have no such shortcut (their teacher's slips are caught by
 its verifier or dropped by the filter), so SFT learns them fully and RL has nothing to add there; the quickstart's
 RL set is then the ``lookup`` questions (``SHORTCUT_FAMILY``), the RL data a user picks where the distilled agent
-falls short. Not the default yet: on seed 0 the student needs more SFT steps than the default's budget with the
-second route in its data (benchmarks/RESULTS.md, 2026-11-26 night).
+falls short. Not the default yet: with the shortcut's second route in the data the student needs 6 SFT epochs, not 4
+(in 4, seeds 0 and 1 learned no lookup copy), which puts the run past the default's time budget
+(benchmarks/RESULTS.md, 2026-11-26 night).
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
