@@ -42,8 +42,11 @@ def test_llamafactory_version_range():
 
 
 @pytest.mark.slow
+# 380-470 s alone on 2 cores; beside tests/rl (scripts/test.sh runs the two suites side by side) and other jobs it
+# passed 900 s (the global limit) twice on 2026-11-26: 2400 s leaves 3x the slowest finished run
+@pytest.mark.timeout(2400)
 def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
-    """The README's main job with the default SFT and a small RL and eval, every stage for real: teacher
+    """The README's main job with 6 SFT epochs and a small RL and eval, every stage for real: teacher
     distillation with the servers and sandbox, masked SFT, RL selection, one DAPO step through verl on the CPU,
     afm eval after each, the report.
 
@@ -64,7 +67,10 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     # DAPO learns from questions the SFT policy solves in some samples only; with 12 questions x 4 samples there is
     # almost always one, and the step trains on the others too rather than refill (FILTER_GROUPS=false)
     monkeypatch.setenv("FILTER_GROUPS", "false")
-    profile = Profile(rl_per_family=3, heldout_per_family=10, untrained_limit=2, rl_samples=4, rl_steps=1)
+    # 6 SFT epochs, not the default's 4: in 4 this world's student left the loss plateau at step ~430 of 516 in one
+    # run of three on 2026-11-26 (macro 17.5%); the plateau's length varies from run to run (RESULTS.md)
+    profile = Profile(rl_per_family=3, heldout_per_family=10, untrained_limit=2, rl_samples=4, rl_steps=1,
+                      sft_epochs=6.0)
     summary = run(tmp_path / "qs", profile, rl=with_rl)
     out = capsys.readouterr().out
     assert "[afm] observation masking" in out and "[8/8] summary" in out
