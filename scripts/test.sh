@@ -63,7 +63,7 @@ if [[ -n "$rl_pid" ]]; then
   wait "$rl_pid" || rl_status=$?
   rl_pid=""
   echo "[test] tests/rl ($AFM_RL_VENV), exit code $rl_status:"
-  cat "$rl_log"
+  cat "$rl_log" && rm -f "$rl_log"
   (( rl_status == 0 )) || status=$rl_status
 elif (( run_rl )); then
   run_rl_suite || status=$?

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from afm.launch.names import apply_aliases, misspelt
-from afm.launch.settings import HELP_COLUMN, Check, knob, knobs, one_of
+from afm.launch.settings import Check, help_rows, knob, knobs, one_of
 from afm.launch.values import KnobError, is_int, is_number, is_posint, is_uint
 
 __all__ = ["ORIGINAL_NAMES", "PATH_KNOBS", "TASKS", "RlSettings", "check", "dapo_overrides", "known_names", "layers",
@@ -467,11 +467,7 @@ def table(values: Mapping[str, str] | None = None) -> str:
         shown = k.shown.format(f.default) if k.shown is not None else f.default
         if values is not None and (k.env in values or k.shown == "task"):
             shown = values.get(k.env, f.default)
-        row = f"  {k.env:<23} {shown}"
-        first, *rest = k.help.split("\n")
-        if first:
-            row += " " * max(1, HELP_COLUMN - len(row)) + first
-        lines += [row, *(" " * HELP_COLUMN + line for line in rest)]
+        lines += help_rows(k.env, shown, k.help)
     return "\n".join(lines) + "\n"
 
 

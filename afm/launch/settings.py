@@ -96,12 +96,17 @@ def table(cls: type) -> str:
         if k.help is None:
             continue
         shown = k.shown.format(f.default) if k.shown is not None else _shown(f.default)
-        row = f"  {k.env:<23} {shown}"
-        first, *rest = k.help.split("\n")
-        if first:
-            row += " " * max(1, HELP_COLUMN - len(row)) + first
-        lines += [row, *(" " * HELP_COLUMN + line for line in rest)]
+        lines += help_rows(k.env, shown, k.help)
     return "\n".join(lines) + "\n"
+
+
+def help_rows(env: str, shown: object, text: str) -> list[str]:
+    """One knob's lines of a --help table: name, shown default, then its help in the help column."""
+    row = f"  {env:<23} {shown}"
+    first, *rest = text.split("\n")
+    if first:
+        row += " " * max(1, HELP_COLUMN - len(row)) + first
+    return [row, *(" " * HELP_COLUMN + line for line in rest)]
 
 
 def markdown_table(cls: type) -> str:
