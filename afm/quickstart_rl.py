@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from afm.ray_scope import private_ray_tmpdir, stop_ray_in
+from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 
 REPO = Path(__file__).resolve().parents[1]
 VERL_TOOLS = REPO / "configs" / "verl" / "tools" / "afm.yaml"

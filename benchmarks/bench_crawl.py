@@ -38,11 +38,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from afm.common.procs import ServerProcess, free_port
 from afm.demo_content.web import DEMO_DOCUMENTS
 from afm.servers.demo_site import DemoSite
 from afm.servers.fetch import FetchLimits, PageFetcher, extract_html
 from afm.servers.ssrf import AllowList, UrlPolicy
-from afm.testing.procs import ServerProcess, free_port
 
 
 def page_urls(site: DemoSite, n: int, run: str) -> list[str]:

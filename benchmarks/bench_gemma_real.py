@@ -101,7 +101,7 @@ def write_orig_data(git_dir: Path, root: Path) -> dict[str, str]:
 
 def start_llama_server(gguf: Path, tok: Path, slots: int, ctx: int, log: Path) -> tuple[int, str]:
     """``ENGINE=llamacpp evaluation/serve_model.sh``; ``(pid, base_url)``."""
-    from afm.testing.procs import free_port
+    from afm.common.procs import free_port
 
     port = free_port()
     env = {**os.environ, "ENGINE": "llamacpp", "MODEL_PATH": str(gguf), "TOKENIZER": str(tok), "PORT": str(port),
@@ -302,7 +302,7 @@ class PssSampler(threading.Thread):
     def _pids(self) -> set[int]:
         import psutil
 
-        from afm.ray_scope import processes_of
+        from afm.common.ray_scope import processes_of
 
         roots = [self.root_pid, *processes_of(self.ray_tmp)]
         pids: set[int] = set()
@@ -332,7 +332,7 @@ def part_dapo(args: argparse.Namespace, work: Path, gemma: Any) -> dict[str, Any
     """``train_dapo_code_agent.sh --local`` on Gemma for ``--dapo-steps`` steps: per-phase seconds, peak PSS."""
     import shutil
 
-    from afm.ray_scope import private_ray_tmpdir, stop_ray_in
+    from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
     from benchmarks.bench_rl_step import PHASES, _steps
 
     run = work / "dapo"

@@ -62,7 +62,7 @@ def _steps(log: Path) -> list[dict[str, float]]:
 
 def run(config: str, steps: int, poll: str, work: Path) -> dict:
     """One launcher run; returns per-warm-step phase seconds."""
-    from afm.ray_scope import private_ray_tmpdir, stop_ray_in
+    from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

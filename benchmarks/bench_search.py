@@ -35,11 +35,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from afm.common.procs import ServerProcess, free_port
 from afm.servers.bm25_index import BM25Index, build_index, tokenize
 from afm.servers.common import percentile
 from afm.servers.demo_data import write_demo_corpora
 from afm.servers.search_backends import LocalBackend
-from afm.testing.procs import ServerProcess, free_port
 
 DEMO_QUERIES = ["capital of Veltria", "Brassel Lighthouse height", "Ilse Varnholt birthplace", "Lantern Regatta record",
                 "Veltrian crown shells", "National Observatory director", "Petra Lund asteroid", "Tomas Ekwall museum",

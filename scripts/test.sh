@@ -11,7 +11,7 @@
 #   AFM_TEST_JOBS=1 bash scripts/test.sh ...   # one suite after the other (default: side by side, see below)
 # When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done): most of
 # either suite is one process waiting on a subprocess, Ray or a server, so on 2 cores the two overlap well
-# (CI: 2437 s one after the other). Each keeps its own Ray cluster (afm.ray_scope), ports and temp dirs.
+# (CI: 2437 s one after the other). Each keeps its own Ray cluster (afm.common.ray_scope), ports and temp dirs.
 set -euo pipefail
 # --help prints this text and installs nothing (pytest's own help: .venv/bin/python -m pytest --help).
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from afm.chat_client import ChatClient, ChatEndpoint, ChatError
+from afm.common.chat_client import ChatClient, ChatEndpoint, ChatError
 from afm.testing.openai_standin import StandIn
 
 

@@ -10,7 +10,7 @@ from dataclasses import fields, replace
 
 import pytest
 
-from afm.chat_client import ChatEndpoint
+from afm.common.chat_client import ChatEndpoint
 from afm.data.teacher.config import RoleConfig, load_teacher_config, teacher_config_from_dict
 from afm.eval.select import SelectorConfig
 from afm.rewards.grm import ModelCallConfig

@@ -263,8 +263,8 @@ def make_world_small(tmp_path):
 def test_servers_can_keep_the_site_where_a_student_learned_it(tmp_path):
     """The page URLs (search results, crawl calls) carry the site's port, which a student trained on them learns;
     ``site_port`` serves a later evaluation at the same address."""
+    from afm.common.procs import free_port
     from afm.demo.agent_demo import DemoServers
-    from afm.testing.procs import free_port
 
     port = free_port()
     servers = DemoServers(tmp_path, world=build_world(0, SMALL), site_port=port)

@@ -20,36 +20,32 @@ PKG = Path(__file__).resolve().parents[1] / "afm"
 # sandbox; agent uses trajectory and tools; rewards uses trajectory and sandbox; eval and data use agent and
 # rewards; sft uses trajectory; rl uses agent, tools and rewards; sft and rl never import each other; servers are
 # standalone services (reached over HTTP).
-UTILS = {"chat_client", "kvcache", "table_io", "names", "env_defaults"}
 ALLOWED: dict[str, set[str]] = {
     "trajectory": set(),
     "sandbox": set(),
-    "chat_client": set(),
-    "kvcache": set(),
-    "table_io": set(),
-    "env_defaults": set(),  # default ports and model names, read from environment.sh (the only place they are written)
+    # stdlib leaves (names, table_io, env_defaults, chat_client, kvcache, procs, ray_scope): each imports nothing of
+    # afm, not even a neighbour (test_common_modules_are_leaves)
+    "common": set(),
     "launch": set(),  # launch settings declared once (SFT/DPO, RL), their checks, help and command (stdlib only)
     "model": set(),  # pretrained models prepared for afm: GGUF reading, tokenizer rebuild, HF conversion, export
-    "ray_scope": set(),  # a --local run's own Ray folder, stopped without ending other clusters (stdlib only)
-    "names": set(),  # the one name normaliser (benchmarks, data sources, prompt keys)
-    "prompts": {"trajectory", "names"},
-    "tools": {"sandbox", "env_defaults"},
-    "servers": {"chat_client", "kvcache", "testing", "demo_content", "env_defaults"},
+    "prompts": {"trajectory", "common"},
+    "tools": {"sandbox", "common"},
+    "servers": {"common", "demo_content"},
     "demo_content": {"trajectory"},  # the demo's documents, questions and samples: data every layer may read
-    "testing": set(),  # helpers for tests and demo processes (free ports, server processes, tokenizers)
-    "agent": {"trajectory", "tools", "prompts", "table_io"},
-    "rewards": {"trajectory", "sandbox", *UTILS},
-    "eval": {"agent", "rewards", "trajectory", "tools", "prompts", "demo_content", *UTILS},
-    "data": {"agent", "rewards", "trajectory", "tools", "prompts", *UTILS},
+    "testing": {"common"},  # helpers for tests and demo processes (OpenAI stand-in, tokenizers)
+    "agent": {"trajectory", "tools", "prompts", "common"},
+    "rewards": {"trajectory", "sandbox", "common"},
+    "eval": {"agent", "rewards", "trajectory", "tools", "prompts", "demo_content", "common"},
+    "data": {"agent", "rewards", "trajectory", "tools", "prompts", "common"},
     "sft": {"trajectory", "launch"},  # afm.sft.knobs re-exports afm.launch.sft; the watchdog reads its variable
     # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.demo
     "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content", "launch"},
     # applications: the demo world, the quickstart, the CLI and the doctor sit on top
     "demo": {"agent", "tools", "trajectory", "servers", "testing", "sandbox", "rewards", "prompts", "data", "eval",
-             "demo_content", "quickstart_rl", *UTILS},
+             "demo_content", "quickstart_rl", "common"},
     "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "testing", "prompts",
-                   "demo_content", "quickstart_rl", "quickstart_summary", "launch", *UTILS},
-    "quickstart_rl": {"ray_scope"},
+                   "demo_content", "quickstart_rl", "quickstart_summary", "launch", "common"},
+    "quickstart_rl": {"common"},
     "quickstart_summary": {"eval"},
     "doctor": {"sft", "sandbox"},
     "cli": {"agent", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "demo", "model"},
@@ -166,3 +162,10 @@ def test_no_two_file_import_circles():
     circles = {tuple(sorted((a, b))) for a, deps in imports.items() for b in deps
                if a != b and a in imports.get(b, set())}
     assert circles - KNOWN_CIRCLES == set()
+
+
+def test_common_modules_are_leaves():
+    """afm/common holds stdlib leaves: a module there importing afm (even a neighbour) belongs in a layer above."""
+    bad = {str(p.relative_to(PKG.parent)): sorted(deps) for p in sorted((PKG / "common").glob("*.py"))
+           if (deps := _module_imports(p))}
+    assert not bad, f"afm/common modules importing afm: {bad}"

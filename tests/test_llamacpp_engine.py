@@ -25,7 +25,7 @@ import pytest
 
 from afm.agent import SamplingParams, TokenizerAdapter
 from afm.agent.openai_backend import OpenAIBackend
-from afm.testing.procs import free_port
+from afm.common.procs import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SLOT_CTX = 1024  # tokens per slot: enough for the demo questions, small enough to overflow on purpose

@@ -299,7 +299,7 @@ def test_llama_cpp_agrees_with_the_checkpoint(gemma, gemma_tok, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from afm.testing.procs import free_port
+    from afm.common.procs import free_port
 
     binary = _llama_server_binary()
     if binary is None:

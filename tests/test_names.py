@@ -1,5 +1,5 @@
 """One rule for the names users type: data sources, benchmarks and prompts match spellings the same way
-(afm.names.canonical), refuse two entries that are one name, and suggest close names when one is unknown."""
+(afm.common.names.canonical), refuse two entries that are one name, and suggest close names when one is unknown."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from afm import names
+from afm.common import names
 from afm.eval.datasets import get_benchmark
 from afm.prompts import get_prompt, list_prompts, register_prompt, unregister_prompt
 from afm.rewards import registry

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from afm.ray_scope import private_ray_tmpdir, processes_of, stop_ray_in
+from afm.common.ray_scope import private_ray_tmpdir, processes_of, stop_ray_in
 
 
 def _tree(folder: str) -> subprocess.Popen:

@@ -103,7 +103,7 @@ NON_VERDICTS = ["no healthy upstream", "The correct answer is Lyon, not Paris.",
 
 @pytest.mark.parametrize("reply", NON_VERDICTS)
 def test_non_verdict_is_an_infra_failure_never_cached_and_rescored_after_recovery(make_judge, llm, tmp_path, reply):
-    from afm.kvcache import open_cache
+    from afm.common.kvcache import open_cache
 
     cache_path = tmp_path / "judge.sqlite"
     judge = make_judge(max_retries=2, cache=str(cache_path))
@@ -192,7 +192,7 @@ def test_client_error_is_not_retried(make_judge, llm):
 
 
 def test_unreachable_judge_falls_back(make_judge, tmp_path):
-    from afm.testing.procs import free_port
+    from afm.common.procs import free_port
 
     judge = make_judge(base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
     result = compute_score("gaia", ANSWER, GT, judge=judge)

@@ -11,8 +11,9 @@ import httpx
 import pytest
 from encoded_http import EncodedSite, gzip_bomb
 
+from afm.common.kvcache import open_cache
+from afm.common.procs import ServerProcess, free_port
 from afm.demo_content.web import DEMO_DOCUMENTS
-from afm.kvcache import open_cache
 from afm.servers.crawl_server import Crawler, CrawlRequest, CrawlSettings, normalise_url, split_urls
 from afm.servers.demo_site import BOILERPLATE_MARKERS, DemoSite
 from afm.servers.fetch import FetchLimits, PageFetcher, body_to_text
@@ -20,7 +21,6 @@ from afm.servers.ssrf import AllowList, UrlPolicy
 from afm.servers.summarize import NO_RELEVANT, Summarizer, SummaryBudget, cut_text, split_chunks
 from afm.servers.worker_metrics import WorkerMetrics
 from afm.testing.openai_standin import StandIn
-from afm.testing.procs import ServerProcess, free_port
 
 DOCS = {d.slug: d for d in DEMO_DOCUMENTS}
 PAGE_TEXT = re.compile(r"<<<PAGE\n(.*?)\nPAGE>>>", re.DOTALL)

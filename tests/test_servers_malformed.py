@@ -9,9 +9,9 @@ import json
 import httpx
 import pytest
 
+from afm.common.procs import ServerProcess, free_port
 from afm.servers.demo_data import write_demo_corpora
 from afm.servers.demo_site import DemoSite
-from afm.testing.procs import ServerProcess, free_port
 
 ROUTES = {"search": "/search", "crawl": "/crawl_page", "wiki": "/retrieve"}
 # One body that is valid for every route (each ignores the others' fields): the server is checked with it after

@@ -18,9 +18,9 @@ import httpx
 import pytest
 from fake_http import FakeHTTP
 
-from afm.kvcache import SQLiteCache
+from afm.common.kvcache import SQLiteCache
+from afm.common.procs import ServerProcess, free_port
 from afm.servers.demo_data import write_demo_corpora
-from afm.testing.procs import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = "http://demo.invalid"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from afm.env_defaults import ENVIRONMENT_SH, default_port, environment_default, port
+from afm.common.env_defaults import ENVIRONMENT_SH, default_port, environment_default, port
 from afm.servers.common import EnvReader, server_arg_parser
 from afm.servers.crawl_server import CrawlSettings
 from afm.servers.search_server import SearchSettings, default_num

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from afm.common.procs import free_port
 from afm.servers.common import bind_problem, is_loopback
 from afm.servers.demo_site import DemoSite
-from afm.testing.procs import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "server" / "start_servers.sh"

@@ -16,10 +16,10 @@ import httpx
 import numpy as np
 import pytest
 
+from afm.common.procs import ServerProcess, free_port, wait_http
 from afm.demo_content.web import demo_wiki_corpus
 from afm.servers.bm25_index import ensure_index
 from afm.servers.demo_data import write_demo_corpora
-from afm.testing.procs import ServerProcess, free_port, wait_http
 
 N_DEMO_WIKI = len(demo_wiki_corpus())
 

@@ -10,10 +10,10 @@ import subprocess
 import httpx
 import pytest
 
+from afm.common.procs import ServerProcess, free_port
 from afm.servers.demo_site import DemoSite
 from afm.servers.fetch import FetchLimits, PageFetcher
 from afm.servers.ssrf import AllowList, UrlPolicy, URLRefused, address_problem
-from afm.testing.procs import ServerProcess, free_port
 
 
 def refusal(url: str, policy: UrlPolicy | None = None) -> str:

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from afm.table_io import iter_rows, read_rows
+from afm.common.table_io import iter_rows, read_rows
 
 
 def test_three_formats_give_the_same_rows_with_locations(tmp_path):

@@ -13,8 +13,8 @@ from fake_http import FakeHTTP
 
 from afm.agent.loop import AgentConfig, ToolRunner
 from afm.agent.record import ToolCallRecord, Trajectory
+from afm.common.procs import ServerProcess, free_port
 from afm.servers.demo_data import write_demo_corpora
-from afm.testing.procs import ServerProcess, free_port
 from afm.tools.base import Tool, ToolContext, ToolResult
 from afm.tools.web_search import WebSearchTool
 

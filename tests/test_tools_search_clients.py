@@ -9,8 +9,8 @@ import re
 import pytest
 from fake_http import FakeHTTP
 
+from afm.common.procs import ServerProcess, free_port
 from afm.servers.demo_data import write_demo_corpora
-from afm.testing.procs import ServerProcess, free_port
 from afm.tools.base import ToolContext
 from afm.tools.registry import build_tool
 from afm.tools.web_search import WebSearchTool, default_search_url, format_results

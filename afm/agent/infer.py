@@ -43,7 +43,7 @@ from afm.agent.runner import (
 )
 from afm.agent.runner import exit_code as run_exit_code
 from afm.agent.tokens import TokenizerAdapter
-from afm.table_io import read_rows
+from afm.common.table_io import read_rows
 from afm.tools import Tool, build_tool, load_tools_config
 
 

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from afm.agent.infer import read_questions
+from afm.common.table_io import read_rows
 from afm.data.filters import normalize_text
-from afm.table_io import read_rows
 
 DEFAULT_THRESHOLD = 0.3
 SCORERS = ("em", "rewards")

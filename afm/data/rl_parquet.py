@@ -47,8 +47,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from afm.common.table_io import iter_rows
 from afm.prompts import build_messages, get_prompt
-from afm.table_io import iter_rows
 
 MAX_QUESTION_CHARS = 50_000
 """Questions longer than this (characters) are dropped as ``question_too_long``; the token limit that training

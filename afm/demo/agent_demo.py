@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from afm.testing.procs import ServerProcess, free_port
+from afm.common.procs import ServerProcess, free_port
 
 
 class DemoServers:

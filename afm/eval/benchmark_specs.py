@@ -1,5 +1,5 @@
 """The benchmark table: what each benchmark is (prompt, tools, data source, the paper's sampling, default file,
-loader and converter keys) and how its names are spelt. Stdlib and :mod:`afm.names` only, so that the loaders
+loader and converter keys) and how its names are spelt. Stdlib and :mod:`afm.common.names` only, so that the loaders
 (:mod:`afm.eval.datasets`), the demo sets (:mod:`afm.eval.demo_sets`) and the download code all read it from
 below without importing one another.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from afm.names import canonical, close_names
+from afm.common.names import canonical, close_names
 
 FAMILIES = ("mhqa", "web", "math", "code", "demo")
 
@@ -138,7 +138,7 @@ def _lookup_table() -> dict[str, str]:
     for spelling, target in [*((n, n) for n in BENCHMARKS), *_ALIASES.items()]:
         key = canonical(spelling)
         if table.setdefault(key, target) != target:
-            raise ValueError(f"benchmark names {spelling!r} and {table[key]!r} are the same name to afm.names")
+            raise ValueError(f"benchmark names {spelling!r} and {table[key]!r} are the same name to afm.common.names")
     return table
 
 
@@ -146,7 +146,7 @@ _BY_KEY = _lookup_table()
 
 
 def get_benchmark(name: str) -> BenchmarkSpec:
-    """The spec of benchmark ``name`` (spelt any way :func:`afm.names.canonical` equates, e.g. ``LCB-v5``; aliases
+    """The spec of benchmark ``name`` (spelt any way :func:`afm.common.names.canonical` equates, e.g. ``LCB-v5``; aliases
     such as ``lcb_v5`` or the original's file stems such as ``hle_test``); :class:`UnknownBenchmarkError` (a
     KeyError) suggesting close names otherwise."""
     target = _BY_KEY.get(canonical(name))

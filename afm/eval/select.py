@@ -7,7 +7,7 @@
   (candidates numbered from 1, in sample order; the prompt never shows gold answers). Replies are parsed by
   :func:`parse_choice` (JSON, fenced JSON, "Candidate 2", a plain number). 408/409/425/429/5xx, timeouts,
   connection errors, malformed bodies and unparsable replies are retried with exponential backoff and jitter;
-  other 4xx fail at once. Choices are cached in :mod:`afm.kvcache` keyed by (model, prompt version, question,
+  other 4xx fail at once. Choices are cached in :mod:`afm.common.kvcache` keyed by (model, prompt version, question,
   candidates). Without a configured model, or when it keeps failing, the majority vote decides and the
   :class:`Selection` says so (``method`` = ``"majority"`` / ``"majority_fallback"``, with the error).
   When every candidate normalises to the same answer (or only one has an answer) no request is sent
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from afm.chat_client import ChatClient, ChatError, counted_complete, holds_endpoint
-from afm.kvcache import cache_key, cache_location
+from afm.common.chat_client import ChatClient, ChatError, counted_complete, holds_endpoint
+from afm.common.kvcache import cache_key, cache_location
 from afm.rewards.grm import (  # the selector calls the judge's endpoint (GRM_*)
     CallStats,
     LazyCache,

@@ -33,14 +33,14 @@ from typing import Any
 
 import yaml
 
-from afm.names import canonical, close_names
+from afm.common.names import canonical, close_names
 from afm.trajectory import DEFAULT_REGISTRY, Problem, TagKind, TagRegistry, blocks, stop_strings, validate
 
 START = "(start)"
 """The ``successors`` key for the beginning of the trajectory (not a valid tag name, so it cannot collide)."""
 
 STYLES = ("user", "system")
-# What a key may contain (a syntax check, not a second matching rule: keys are matched by afm.names.canonical):
+# What a key may contain (a syntax check, not a second matching rule: keys are matched by afm.common.names.canonical):
 # no "@", ":" or "/", which get_prompt reads as a version pin, a module attribute or a file.
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _TAG_MENTION_RE = re.compile(r"</?([A-Za-z][A-Za-z0-9_\-]*)>")
@@ -124,7 +124,7 @@ class Prompt:
         return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
-_PROMPTS: dict[str, Prompt] = {}  # keyed by afm.names.canonical(prompt.key)
+_PROMPTS: dict[str, Prompt] = {}  # keyed by afm.common.names.canonical(prompt.key)
 _LOCK = threading.Lock()
 
 
@@ -253,7 +253,7 @@ def _unknown(key: str) -> str:
 def get_prompt(key: str) -> Prompt:
     """The prompt selected by ``key``.
 
-    ``key`` is a registered key (in any spelling :func:`afm.names.canonical` equates: ``Web-Agent``);
+    ``key`` is a registered key (in any spelling :func:`afm.common.names.canonical` equates: ``Web-Agent``);
     ``key@version`` (KeyError unless the registered version matches, so a pinned config fails loudly after a text
     change); a path to a YAML/markdown prompt file (loaded, not registered); or ``module:attribute`` naming a
     :class:`Prompt`. An unknown key raises KeyError listing the known keys and the close ones.

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from afm.chat_client import ChatEndpoint
-from afm.kvcache import KVCache, open_cache
+from afm.common.chat_client import ChatEndpoint
+from afm.common.kvcache import KVCache, open_cache
 
 DEFAULT_MODEL = "gpt-4.1-mini"
 # Cache locations that mean "no cache".
@@ -29,7 +29,7 @@ def default_endpoint() -> ChatEndpoint:
 @dataclass(frozen=True)
 class ModelCallConfig:
     """Where the judge model is (``endpoint``) and how one caller uses it; subclasses set the class variables
-    and their own defaults (and are decorated with :func:`afm.chat_client.holds_endpoint`)."""
+    and their own defaults (and are decorated with :func:`afm.common.chat_client.holds_endpoint`)."""
 
     env_prefix: ClassVar[str] = ""  # AFM_<caller>_: <prefix>TIMEOUT, <prefix>CACHE and env_ints read from it
     env_ints: ClassVar[tuple[str, ...]] = ("concurrency",)  # integer fields read from <prefix><FIELD>

@@ -14,7 +14,7 @@ async callers in any event loop (verl's reward workers, the evaluator) all go th
 - **Retries**: 408/409/425/429/5xx, timeouts, connection errors, malformed bodies and replies with no verdict are
   retried with exponential backoff and jitter (``Retry-After`` honoured up to ``max_backoff``); other 4xx fail at
   once. A judge that still fails yields a :class:`Verdict` with ``correct=None`` and the error, never an exception.
-- **Cache**: :mod:`afm.kvcache` (SQLite file or Redis URL), keyed by (model, prompt version, k, question, golds,
+- **Cache**: :mod:`afm.common.kvcache` (SQLite file or Redis URL), keyed by (model, prompt version, k, question, golds,
   prediction); only complete verdicts are stored.
 - **Majority of k**: ``k`` independent requests; the majority of the votes that succeeded decides, a tie is
   incorrect. Use a temperature above 0 with ``k > 1``.
@@ -38,7 +38,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from afm.chat_client import (
+from afm.common.chat_client import (
     ENDPOINT_ALIASES,
     ChatClient,
     ChatEndpoint,
@@ -46,7 +46,7 @@ from afm.chat_client import (
     counted_complete,
     holds_endpoint,
 )
-from afm.kvcache import cache_key, cache_location
+from afm.common.kvcache import cache_key, cache_location
 from afm.rewards.grm import CallStats, LazyCache, ModelCallConfig
 from afm.rewards.ground_truth import GroundTruth
 from afm.rewards.qa import qa_match, resolve_mode

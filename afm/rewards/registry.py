@@ -1,7 +1,7 @@
 """Which scorer grades which ``data_source``: a plain dict, extensible in code or by a YAML file.
 
 Names are matched case- and punctuation-insensitively (``MATH500`` = ``math500`` = ``math_500``; ``lcb_v5`` =
-``lcbv5``; :func:`afm.names.canonical`, the rule benchmarks and prompts follow too). A scorer is a callable (sync or ``async def``) or a ``"module:function"`` path imported on first use,
+``lcbv5``; :func:`afm.common.names.canonical`, the rule benchmarks and prompts follow too). A scorer is a callable (sync or ``async def``) or a ``"module:function"`` path imported on first use,
 so code scorers need the sandbox only when a code sample is scored. Each entry also names its ground-truth kind
 (``qa``, ``judge``, ``math``, ``code``; see :mod:`afm.rewards.ground_truth`).
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from afm.names import canonical
+from afm.common.names import canonical
 from afm.rewards import judge, math, qa
 from afm.rewards.ground_truth import GT_KINDS
 

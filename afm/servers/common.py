@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from afm.env_defaults import default_port
+from afm.common.env_defaults import default_port
 
 TOKEN_ENV = "AFM_SERVER_TOKEN"
 

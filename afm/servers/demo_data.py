@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from afm.common.env_defaults import port as env_port
 from afm.demo_content.web import demo_search_corpus, demo_wiki_corpus
-from afm.env_defaults import port as env_port
 
 SEARCH_FILE = "search_corpus.jsonl"
 WIKI_FILE = "wiki_corpus.jsonl"

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+from afm.common.env_defaults import default_port
+from afm.common.procs import OwnsServer, ServerProcess, free_port
 from afm.demo_content.web import DEMO_DOCUMENTS, DemoDocument
-from afm.env_defaults import default_port
-from afm.testing.procs import OwnsServer, ServerProcess, free_port
 
 SITE_NAME = "Corvan Atlas"
 # Strings that appear only in the page chrome; extraction must not return them.

@@ -34,7 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from afm.kvcache import KVCache, cache_key, open_cache
+from afm.common.kvcache import KVCache, cache_key, open_cache
 from afm.servers.body import BadRequest, read_request
 from afm.servers.common import EnvReader, create_app, flags_to_env, redact, serve, server_arg_parser
 from afm.servers.search_backends import SERPER_URL, LocalBackend, SearchBackend, SerperBackend, UpstreamError

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-from afm.chat_client import ChatClient as SharedChatClient
-from afm.chat_client import ChatEndpoint, ChatError, holds_endpoint
+from afm.common.chat_client import ChatClient as SharedChatClient
+from afm.common.chat_client import ChatEndpoint, ChatError, holds_endpoint
 from afm.servers.common import EnvReader
 
 log = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ def _nonempty(content: str) -> str | None:
 
 
 class ChatClient:
-    """The summary model's client: :class:`afm.chat_client.ChatClient` with :class:`LLMSettings`."""
+    """The summary model's client: :class:`afm.common.chat_client.ChatClient` with :class:`LLMSettings`."""
 
     def __init__(self, settings: LLMSettings) -> None:
         self.settings = settings

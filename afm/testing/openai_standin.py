@@ -26,7 +26,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from afm.testing.procs import OwnsServer, ServerProcess, free_port
+from afm.common.procs import OwnsServer, ServerProcess, free_port
 
 DIALECTS = ("vllm", "llamacpp", "llamacpp-python")
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from afm.env_defaults import port as env_port
+from afm.common.env_defaults import port as env_port
 from afm.tools.base import ToolContext, ToolResult
 from afm.tools.server_client import JsonClient, ServerCallError, ServerTool, failure_result, server_token
 

@@ -28,11 +28,11 @@ from verl.tools.tool_registry import initialize_tools_from_config
 from verl.workers.rollout.replica import TokenOutput
 
 from afm.agent.record import Segment, Trajectory
+from afm.common.procs import ServerProcess, free_port
 from afm.rl.agent_loop import select_tools
 from afm.rl.backend import VerlServerBackend
 from afm.rl.tools import AfmVerlTool, afm_tools_from_verl, context_kwargs, load_afm_tools
 from afm.servers.demo_data import write_demo_corpora
-from afm.testing.procs import ServerProcess, free_port
 from afm.tools import Tool, ToolContext, ToolResult
 from afm.tools.code import CodeTool
 from afm.tools.web_search import WebSearchTool

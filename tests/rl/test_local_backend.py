@@ -182,7 +182,7 @@ def test_cpu_process_group_backend():
         "print(dist.get_backend())\n"
         "t = __import__('torch').ones(2); dist.all_reduce(t); print(int(t.sum()))\n"
     )
-    from afm.testing.procs import free_port
+    from afm.common.procs import free_port
 
     env = {**os.environ, "VERL_PLATFORM": "cpu", "PORT": str(free_port())}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

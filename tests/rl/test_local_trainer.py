@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from afm.ray_scope import private_ray_tmpdir, stop_ray_in
+from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 from afm.rl.local.hf_engine import weights_checksum
 from afm.trajectory import format_observation
 

@@ -32,8 +32,8 @@ import httpx
 import pytest
 import torch
 
+from afm.common.procs import ServerProcess, wait_http
 from afm.rl.local.hf_engine import weights_checksum
-from afm.testing.procs import ServerProcess, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "experiments" / "ray_cluster.sh"

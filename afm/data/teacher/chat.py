@@ -1,4 +1,4 @@
-"""The teacher's chat calls: :class:`afm.chat_client.ChatClient` per role endpoint, with usage for accounting.
+"""The teacher's chat calls: :class:`afm.common.chat_client.ChatClient` per role endpoint, with usage for accounting.
 
 Retries (connection errors, timeouts, 408/409/425/429/5xx, malformed bodies) are the shared client's; other HTTP
 errors raise :class:`ChatError` at once. When a server omits ``usage`` the counts are estimated (4 characters per
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from afm.chat_client import ChatClient as EndpointClient
-from afm.chat_client import ChatEndpoint, ChatError
+from afm.common.chat_client import ChatClient as EndpointClient
+from afm.common.chat_client import ChatEndpoint, ChatError
 from afm.data.teacher.config import RoleConfig
 
 __all__ = ["ChatClient", "ChatError", "ChatReply"]

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from afm.chat_client import ENDPOINT_ALIASES, ChatEndpoint, holds_endpoint
+from afm.common.chat_client import ENDPOINT_ALIASES, ChatEndpoint, holds_endpoint
 
 BASE_ROLES = ("planner", "reflector", "verifier", "answerer")
 TOOL_AGENT_SUFFIX = "_agent"

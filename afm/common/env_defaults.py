@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-ENVIRONMENT_SH = Path(__file__).resolve().parent.parent / "environment.sh"
+ENVIRONMENT_SH = Path(__file__).resolve().parents[2] / "environment.sh"
 # `export NAME="${NAME:-value}"`, the form of every defaulted line of environment.sh; values holding `$` are not
 # literal (they refer to other variables) and are not taken.
 _DEFAULT_LINE = re.compile(r'^export ([A-Z_][A-Z0-9_]*)="\$\{\1:-([^"$}]*)\}"\s*$', re.MULTILINE)
