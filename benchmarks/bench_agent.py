@@ -22,9 +22,9 @@ import httpx
 
 from afm.agent import AgentConfig, Generation, SamplingParams, TokenizerAdapter, ToolRunner, run_trajectory
 from afm.agent.openai_backend import OpenAIBackend
-from afm.demo.tiny_model import build_tiny_model
 from afm.demo_content.samples import tokenizer_corpus
-from afm.testing.openai_standin import StandIn
+from afm.model.tiny import build_tiny_model
+from afm.offline.openai_standin import StandIn
 from afm.tools import Tool, ToolContext, ToolResult
 from afm.trajectory import format_observation
 

@@ -39,8 +39,8 @@ def build(out: Path, shape: str) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from afm.demo.tiny_model import train_tokenizer
     from afm.demo_content.samples import tokenizer_corpus
+    from afm.model.tiny import train_tokenizer
 
     if (out / "config.json").exists():
         return out

@@ -5,9 +5,9 @@
 
 What it does (CPU only, in one process):
 
-1. builds the tiny Qwen2-style tokenizer/model with ``afm.demo.tiny_model.build_tiny_model`` (reused from
+1. builds the tiny Qwen2-style tokenizer/model with ``afm.model.tiny.build_tiny_model`` (reused from
    ``--out`` when present), or with ``--tokenizer qwen2.5`` Qwen2.5's 151k vocabulary from the dashscope wheel
-   (``afm.testing.qwen_tokenizer``, cached in ``--out``), and generates ``--n`` seeded, adversarial Chain-of-Agents
+   (``afm.offline.qwen_tokenizer``, cached in ``--out``), and generates ``--n`` seeded, adversarial Chain-of-Agents
    trajectories;
 2. builds LLaMA-Factory's real ``SupervisedDatasetProcessor`` (template ``qwen``) twice after
    ``afm.sft.overlay.apply()``: ``ignore_observation=False`` (the wrapper calls straight through to the stock
@@ -272,7 +272,7 @@ def batched(questions: list[str], responses: list[list[str]], size: int) -> list
 
 def build_tokenizer_dir(out: Path, seed: int, kind: str = "tiny") -> Path:
     if kind == "qwen2.5":  # the 151k vocabulary users train with, built offline from dashscope's BPE ranks
-        from afm.testing.qwen_tokenizer import build_qwen25_tokenizer
+        from afm.offline.qwen_tokenizer import build_qwen25_tokenizer
 
         t0 = time.perf_counter()
         path = build_qwen25_tokenizer(out / "qwen2.5_tokenizer")
@@ -282,8 +282,8 @@ def build_tokenizer_dir(out: Path, seed: int, kind: str = "tiny") -> Path:
     if (model_dir / "tokenizer.json").exists() and (model_dir / "config.json").exists():
         print(f"reusing tiny model/tokenizer in {model_dir}")
         return model_dir
-    from afm.demo.tiny_model import build_tiny_model
     from afm.demo_content.samples import tokenizer_corpus
+    from afm.model.tiny import build_tiny_model
 
     gen = Gen(seed + 1000)  # a few synthetic trajectories so BPE learns merges across tags and whitespace
     texts = tokenizer_corpus() + [gen.trajectory() for _ in range(300)]
@@ -708,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tokenizer", choices=("tiny", "qwen2.5"), default="tiny",
                     help="tiny: the demo BPE (vocab 2048); qwen2.5: Qwen2.5's 151k vocabulary from the dashscope "
-                    "wheel (afm.testing.qwen_tokenizer)")
+                    "wheel (afm.offline.qwen_tokenizer)")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per processor (median reported)")
     ap.add_argument("--batch", type=int, default=1000, help="examples per preprocess_dataset call (datasets.map)")
     ap.add_argument("--cutoff-len", type=int, default=16384)

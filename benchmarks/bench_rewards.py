@@ -12,7 +12,7 @@
    percentages, intervals, sets, symbolic forms, wrong answers) plus a share of string-identical answers (the
    short-cut path); once from one thread and once from as many threads as the worker pool has workers. Results
    are checked against the generator's labels.
-3. **Judge**: the local OpenAI-compatible stand-in (``afm.testing.openai_standin``) answers every request with a
+3. **Judge**: the local OpenAI-compatible stand-in (``afm.offline.openai_standin``) answers every request with a
    JSON verdict. Baseline: plain ``httpx.AsyncClient`` posting the same chat requests at the same concurrency
    (semaphore), parsing only the HTTP JSON. Measured: ``compute_score_async("gaia", ..., judge=Judge(cache off))``
    for distinct predictions, and once more with a warm cache. Rounds alternate baseline and judge; medians are
@@ -202,7 +202,7 @@ async def _judge_rate(judge: Judge, n: int, tag: str) -> tuple[float, int]:
 
 
 def bench_judge(n: int, concurrency: int, rounds: int) -> dict:
-    from afm.testing.openai_standin import StandIn
+    from afm.offline.openai_standin import StandIn
 
     raw, judged, bad = [], [], 0
     with StandIn(default_reply=CORRECT) as llm, tempfile.TemporaryDirectory() as tmp:

@@ -27,8 +27,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
 from verl.workers.rollout.replica import TokenOutput
 
-from afm.demo.tiny_model import build_tiny_model
 from afm.demo_content.samples import tokenizer_corpus
+from afm.model.tiny import build_tiny_model
 from afm.rl.tools import afm_tools_from_verl
 from afm.tools import Tool, ToolContext, ToolResult
 

@@ -36,8 +36,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from afm.demo.tiny_model import build_tiny_model
     from afm.demo_content.samples import tokenizer_corpus
+    from afm.model.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen2", tokenizer_corpus(0))
 
@@ -52,7 +52,7 @@ def tokenizer(tiny_model):
 @pytest.fixture(scope="session")
 def qwen_tokenizer_dir(request, tmp_path_factory) -> Path:
     """Qwen2.5's 151k vocabulary, built offline from the dashscope wheel once and kept in .pytest_cache."""
-    from afm.testing.qwen_tokenizer import build_qwen25_tokenizer
+    from afm.offline.qwen_tokenizer import build_qwen25_tokenizer
 
     cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
     base = cache.mkdir("afm-qwen2.5-tokenizer") if cache is not None else tmp_path_factory.mktemp("qwen2.5")

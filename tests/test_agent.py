@@ -20,7 +20,7 @@ from afm.agent.backend import Generation
 from afm.agent.loop import DUPLICATE_CRAWL_NOTE, DUPLICATE_SEARCH_NOTE, AgentLoop
 from afm.agent.openai_backend import OpenAIBackend
 from afm.agent.record import FinishReason, ToolCallRecord
-from afm.testing.openai_standin import StandIn
+from afm.offline.openai_standin import StandIn
 from afm.tools import Tool, ToolContext, ToolResult
 from afm.tools.code import CodeTool
 from afm.trajectory import format_observation

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from afm.common.chat_client import ChatClient, ChatEndpoint, ChatError
-from afm.testing.openai_standin import StandIn
+from afm.offline.openai_standin import StandIn
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ ENTRY_POINTS: list[list[str]] = [
         "afm.servers.wiki_server", "afm.servers.demo_site", "afm.servers.bm25_index", "afm.servers.demo_data",
         "afm.demo.recipe", "afm.quickstart_rl", "afm.rl.local.toy", "afm.sft.launcher", "afm.sft.knobs", "afm.launch.sft",
         "afm.rl.knobs",
-        "afm.testing.openai_standin")),
+        "afm.offline.openai_standin")),
 ]
 # Modules with a `__main__` block that are not run by users: worker processes started by afm itself.
 INTERNAL_MAINS = {"afm.rewards._math_worker", "afm.sandbox.jail_runner",

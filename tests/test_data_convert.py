@@ -11,8 +11,8 @@ from teacher_replies import PLANNER, code_run_rules, rule
 
 from afm.data import convert, distill
 from afm.data.records import read_records
+from afm.offline.openai_standin import StandIn
 from afm.sft.report import preprocess
-from afm.testing.openai_standin import StandIn
 from afm.trajectory import find_observations
 
 

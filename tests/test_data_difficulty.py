@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from afm.data.difficulty import FewerSamplesWarning, Sample, exclusion_keys, read_samples, select_questions
+from afm.offline.openai_standin import StandIn
 from afm.rewards import exact_match
-from afm.testing.openai_standin import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
 F = "```"

@@ -23,7 +23,7 @@ from teacher_replies import (
 )
 
 from afm.data import distill
-from afm.testing.openai_standin import StandIn
+from afm.offline.openai_standin import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
 DIRECT = [rule(PLANNER, plan_reply(["answer: the question is simple"], plan="1. Answer directly.")),

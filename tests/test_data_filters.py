@@ -15,8 +15,8 @@ pytest.importorskip("httpx")
 
 from afm.data.filters import FilterConfig, apply_filters, format_report
 from afm.data.records import RunRecord, read_records
+from afm.offline.openai_standin import StandIn
 from afm.rewards import Judge, JudgeConfig
-from afm.testing.openai_standin import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
 CORRECT = json.dumps({"rationale": "same", "judgement": "correct"})

@@ -22,7 +22,7 @@ from teacher_replies import (
 
 from afm.data.teacher import ChatClient, Teacher, TeacherTask, load_teacher_config, teacher_config_from_dict
 from afm.data.teacher import roles as R
-from afm.testing.openai_standin import StandIn
+from afm.offline.openai_standin import StandIn
 from afm.tools.code import CodeTool
 from afm.trajectory import validate
 

@@ -25,8 +25,8 @@ from afm.data.convert import main as convert_main
 from afm.data.records import RunRecord
 from afm.data.teacher import ChatClient, Teacher, TeacherTask, teacher_config_from_dict
 from afm.demo.agent_demo import DemoServers
+from afm.offline.openai_standin import StandIn
 from afm.sft.report import preprocess
-from afm.testing.openai_standin import StandIn
 from afm.tools import load_tools_config
 from afm.trajectory import validate
 

@@ -231,7 +231,7 @@ def test_rl_selection_samples_the_policy_with_real_tools_and_writes_verls_parque
 
     from afm.demo.agent_demo import DemoServers
     from afm.demo.recipe import select_rl_data
-    from afm.demo.tiny_model import build_tiny_model
+    from afm.model.tiny import build_tiny_model
 
     world, root = make_world_small(tmp_path)
     texts = [PROMPT.text] + [t.question for t in world.tasks["train"]]

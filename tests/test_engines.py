@@ -18,7 +18,7 @@ from afm.agent import AgentConfig, SamplingParams, TokenizerAdapter, ToolRunner,
 from afm.agent.infer import main as infer_main
 from afm.agent.openai_backend import OpenAIBackend
 from afm.eval.report import write_report
-from afm.testing.openai_standin import StandIn
+from afm.offline.openai_standin import StandIn
 from afm.tools import Tool, ToolContext, ToolResult
 
 CALL = "<think> look it up </think>\n<wiki_search> Town 6080</wiki_search>"

@@ -30,7 +30,7 @@ from afm.eval.select import (
     parse_choice,
     select_majority,
 )
-from afm.testing.openai_standin import StandIn
+from afm.offline.openai_standin import StandIn
 
 
 def rec(bench: str, qid: str, sample: int, acc: float, pred: str | None = "x", **kw) -> dict:

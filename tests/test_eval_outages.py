@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from afm.common.procs import ServerProcess, free_port
+from afm.offline.openai_standin import StandIn
 from afm.servers.demo_data import write_demo_corpora
-from afm.testing.openai_standin import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = "afm-probe"

@@ -27,29 +27,39 @@ ALLOWED: dict[str, set[str]] = {
     # afm, not even a neighbour (test_common_modules_are_leaves)
     "common": set(),
     "launch": set(),  # launch settings declared once (SFT/DPO, RL), their checks, help and command (stdlib only)
-    "model": set(),  # pretrained models prepared for afm: GGUF reading, tokenizer rebuild, HF conversion, export
+    # pretrained models prepared for afm (GGUF reading, tokenizer rebuild, HF conversion, export) and the tiny Qwen2
+    # built from nothing (afm.model.tiny: --local's toy policy needs it, so it is product code, not a stand-in)
+    "model": set(),
     "prompts": {"trajectory", "common"},
     "tools": {"sandbox", "common"},
     "servers": {"common", "demo_content"},
     "demo_content": {"trajectory"},  # the demo's documents, questions and samples: data every layer may read
-    "testing": {"common"},  # helpers for tests and demo processes (OpenAI stand-in, tokenizers)
+    # the offline stand-ins (OpenAI-compatible server, Qwen2.5 tokenizer, reference SPM): tests, benchmarks and the
+    # quickstart use them, no product code does (test_product_code_imports_no_stand_in)
+    "offline": {"common", "model"},
     "agent": {"trajectory", "tools", "prompts", "common"},
     "rewards": {"trajectory", "sandbox", "common"},
     "eval": {"agent", "rewards", "trajectory", "tools", "prompts", "demo_content", "common"},
     "data": {"agent", "rewards", "trajectory", "tools", "prompts", "common"},
     "sft": {"trajectory", "launch"},  # afm.sft.knobs re-exports afm.launch.sft; the watchdog reads its variable
-    # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.demo
-    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "demo", "demo_content", "launch"},
+    # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.model.tiny
+    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "model", "demo_content", "launch"},
     # applications: the demo world, the quickstart, the CLI and the doctor sit on top
-    "demo": {"agent", "tools", "trajectory", "servers", "testing", "sandbox", "rewards", "prompts", "data", "eval",
+    "demo": {"agent", "tools", "trajectory", "servers", "offline", "sandbox", "model", "rewards", "prompts", "data", "eval",
              "demo_content", "quickstart_rl", "common"},
-    "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "testing", "prompts",
+    "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "offline", "prompts", "model",
                    "demo_content", "quickstart_rl", "quickstart_summary", "launch", "common"},
     "quickstart_rl": {"common"},
     "quickstart_summary": {"eval"},
     "doctor": {"sft", "sandbox"},
     "cli": {"agent", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "demo", "model"},
 }
+
+
+# Outside the product: the stand-ins of tests and benchmarks, and the quickstart (an application of the product).
+# Only they, and the CLI's `afm quickstart` command, may import them.
+OUTSIDE_PRODUCT = {"offline", "quickstart", "demo", "quickstart_rl", "quickstart_summary"}
+IMPORTS_OUTSIDE = {"cli": {"quickstart"}}
 
 
 def _module(path: Path) -> str:
@@ -169,3 +179,13 @@ def test_common_modules_are_leaves():
     bad = {str(p.relative_to(PKG.parent)): sorted(deps) for p in sorted((PKG / "common").glob("*.py"))
            if (deps := _module_imports(p))}
     assert not bad, f"afm/common modules importing afm: {bad}"
+
+
+def test_product_code_imports_no_stand_in():
+    """No product module imports the offline stand-ins or the quickstart (tests and benchmarks are not under afm/)."""
+    graph = import_graph()
+    bad = [f"afm.{src} -> afm.{dst} ({', '.join(files)})"
+           for src, deps in sorted(graph.items()) if src not in OUTSIDE_PRODUCT
+           for dst, files in sorted(deps.items())
+           if dst in OUTSIDE_PRODUCT and dst not in IMPORTS_OUTSIDE.get(src, set())]
+    assert not bad, "product code importing the stand-ins or the quickstart:\n" + "\n".join(bad)

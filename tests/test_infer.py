@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from afm.testing.openai_standin import StandIn
+from afm.offline.openai_standin import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
 

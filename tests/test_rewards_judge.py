@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("httpx")
 
+from afm.offline.openai_standin import StandIn
 from afm.rewards import (
     PROMPT_VERSION,
     Judge,
@@ -20,7 +21,6 @@ from afm.rewards import (
     known_data_sources,
     parse_verdict,
 )
-from afm.testing.openai_standin import StandIn
 
 CORRECT = json.dumps({"rationale": "Both name the same city.", "judgement": "correct"})
 INCORRECT = json.dumps({"rationale": "Different city.", "judgement": "incorrect"})

@@ -14,13 +14,13 @@ from encoded_http import EncodedSite, gzip_bomb
 from afm.common.kvcache import open_cache
 from afm.common.procs import ServerProcess, free_port
 from afm.demo_content.web import DEMO_DOCUMENTS
+from afm.offline.openai_standin import StandIn
 from afm.servers.crawl_server import Crawler, CrawlRequest, CrawlSettings, normalise_url, split_urls
 from afm.servers.demo_site import BOILERPLATE_MARKERS, DemoSite
 from afm.servers.fetch import FetchLimits, PageFetcher, body_to_text
 from afm.servers.ssrf import AllowList, UrlPolicy
 from afm.servers.summarize import NO_RELEVANT, Summarizer, SummaryBudget, cut_text, split_chunks
 from afm.servers.worker_metrics import WorkerMetrics
-from afm.testing.openai_standin import StandIn
 
 DOCS = {d.slug: d for d in DEMO_DOCUMENTS}
 PAGE_TEXT = re.compile(r"<<<PAGE\n(.*?)\nPAGE>>>", re.DOTALL)

@@ -18,10 +18,10 @@ import pytest
 import requests
 
 from afm.common.procs import ServerProcess, free_port
+from afm.offline.openai_standin import StandIn
 from afm.servers.demo_data import write_demo_corpora
 from afm.servers.demo_site import DemoSite
 from afm.servers.summarize import alias_notes, summary_endpoint
-from afm.testing.openai_standin import StandIn
 
 SUMMARY = "Petra Lund founded the observatory."
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from afm.common.procs import ServerProcess, free_port
+from afm.offline.openai_standin import StandIn
 from afm.servers.demo_site import DemoSite
-from afm.testing.openai_standin import StandIn
 from afm.tools.base import ToolContext
 from afm.tools.crawl_page import CrawlPageTool, default_crawl_url
 from afm.tools.registry import build_tool

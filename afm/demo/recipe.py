@@ -156,7 +156,7 @@ def tokenizer_texts(data_dir: Path) -> list[str]:
 
 def build_student(out: Path, data_dir: Path, size: ModelSize = ModelSize(), seed: int = 0) -> Path:
     """The untrained student (random weights) with a Qwen2-style tokenizer trained on the SFT set."""
-    from afm.demo.tiny_model import build_tiny_model
+    from afm.model.tiny import build_tiny_model
 
     if (out / "config.json").exists():
         return out

@@ -9,7 +9,7 @@ builds, in seconds on a CPU:
   group is always all-0) and ``MIX`` (either program, about half the time). RIGHT groups are mostly all-1 and WRONG
   groups all-0, which DAPO's group filter drops; MIX groups carry the signal, so RL should move the MIX questions
   towards ``print(6*7)``;
-* the policy: the tiny Qwen2 of :mod:`afm.demo.tiny_model`, taught by a short teacher-forced run to answer each
+* the policy: the tiny Qwen2 of :mod:`afm.model.tiny`, taught by a short teacher-forced run to answer each
   kind with a CoA turn — ``<code>`` call, then (after the observation, which is masked) ``<answer>`` with the
   number the tool printed.
 
@@ -108,8 +108,8 @@ def build_policy(out_dir: str | Path, parquet: str | Path, *, steps: int = 120, 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from afm.demo.tiny_model import build_tiny_model
     from afm.demo_content.samples import tokenizer_corpus
+    from afm.model.tiny import build_tiny_model
 
     out = Path(out_dir)
     stamp = out / "afm_toy_policy.json"

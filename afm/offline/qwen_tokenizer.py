@@ -26,10 +26,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-# Qwen2's pre-tokenizer split (digits one by one); the tiny demo tokenizer uses it too.
-QWEN2_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+# Qwen2's pre-tokenizer split, stated once with the tiny model that trains its tokenizer with it
+from afm.model.tiny import QWEN2_PATTERN
+
 BUILDER_VERSION = "1"
 N_RANKS = 151643
 # (content, special) in id order from 151643, as in Qwen2.5's tokenizer_config.json

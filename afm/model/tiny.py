@@ -4,6 +4,9 @@ The tokenizer is trained with Qwen2's own pre-tokenizer (NFC + Qwen2 split regex
 ChatML special tokens, so it behaves like the real Qwen2.5 tokenizer in the ways that matter for masking: tags are
 split into ordinary BPE pieces, ``>`` absorbs following newlines, digits are single tokens. Transformers'
 AutoTokenizer keeps it unchanged when it reloads the folder.
+
+Product code, not an offline stand-in: ``--local`` RL builds its toy policy with it (:mod:`afm.rl.local.toy`); the
+quickstart's student, the tests and the benchmarks use it too.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from afm.testing.qwen_tokenizer import QWEN2_PATTERN
-
 logger = logging.getLogger(__name__)
 
+# Qwen2's pre-tokenizer split (digits one by one); afm.offline.qwen_tokenizer builds the real vocabulary with it
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # ChatML, as Qwen2.5 renders it (default system prompt when none is given).
 CHAT_TEMPLATE = (

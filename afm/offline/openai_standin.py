@@ -1,6 +1,6 @@
 """A scriptable OpenAI-compatible server for tests and benchmarks (judge, summary LLM, teacher models).
 
-It is a real HTTP server (``python -m afm.testing.openai_standin --port N``) serving ``/v1/chat/completions``,
+It is a real HTTP server (``python -m afm.offline.openai_standin --port N``) serving ``/v1/chat/completions``,
 ``/v1/completions`` and ``/v1/models``. Replies come from, in order:
 
 1. the **queue** (``POST /_control/queue {"replies": [spec, ...]}``), consumed one reply per request;
@@ -261,7 +261,7 @@ class StandIn(OwnsServer):
                  tokenizer: str | None = None, dialect: str = "vllm") -> None:
         self.port = port or free_port()
         self.model = model
-        argv = ["-m", "afm.testing.openai_standin", "--port", str(self.port), "--default-reply", default_reply,
+        argv = ["-m", "afm.offline.openai_standin", "--port", str(self.port), "--default-reply", default_reply,
                 "--model", model, "--dialect", dialect]
         if tokenizer:
             argv += ["--tokenizer", str(tokenizer)]
