@@ -36,8 +36,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../scripts/knobs.sh
 source "$ROOT/scripts/knobs.sh"
-afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
-afm_take_dry_run "$@"
+afm_script_start "${BASH_SOURCE[0]}" "$@"
 set -- "${AFM_ARGS[@]}"
 DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
 

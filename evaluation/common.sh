@@ -33,16 +33,14 @@ source "$ROOT/evaluation/engine.sh"
 
 # afm_eval_help SCRIPT ARGS...: --help prints the script's own header, then the knobs above.
 afm_eval_help() {
-  local script=$1 arg
+  local script=$1
   shift
-  for arg in "$@"; do
-    if [[ $arg == -h || $arg == --help ]]; then
-      afm_print_header "$script"
-      echo
-      afm_print_header "${BASH_SOURCE[0]}"
-      exit 0
-    fi
-  done
+  if afm_asks_help "$@"; then
+    afm_print_header "$script"
+    echo
+    afm_print_header "${BASH_SOURCE[0]}"
+    exit 0
+  fi
 }
 
 # run_eval BENCHMARKS [afm eval run flags ...]

@@ -38,8 +38,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/knobs.sh"
 # shellcheck source=tokenizer.sh
 source "$ROOT/evaluation/tokenizer.sh"
-afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
-afm_take_dry_run "$@"
+afm_script_start "${BASH_SOURCE[0]}" "$@"
 set -- "${AFM_ARGS[@]}"
 
 MODEL_PATH="${MODEL_PATH:-${AFM_MODEL_PATH:-}}"

@@ -16,5 +16,6 @@
 # Where things run: multi-GPU nodes → vLLM/SGLang (the default); one GPU without them → ROLLOUT_ENGINE=hf;
 # no GPU → --local (or the CPU device and the hf engine with your own model and data).
 # The profile's values are data in afm/launch/rl.py (LOCAL; `bash experiments/train_dapo_code_agent.sh --help`
-# and docs/rl_knobs.md list them); the overrides of the hf engine and the CPU device, the toy task's build and
-# SAVE_HF_MODEL are afm/rl/knobs.py's (engine_overrides, prepare_local). This file describes them.
+# and docs/rl_knobs.md list them); the overrides of the hf engine, the CPU device and SAVE_HF_MODEL are
+# afm/launch/rl_overrides.py's (device_overrides, checkpoint_overrides), the toy task's build afm/rl/knobs.py's
+# (prepare_local). This file describes them.

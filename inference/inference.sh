@@ -52,8 +52,7 @@ source "$ROOT/scripts/knobs.sh"
 source "$ROOT/evaluation/tokenizer.sh"
 # shellcheck source=../evaluation/engine.sh
 source "$ROOT/evaluation/engine.sh"
-afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
-afm_take_dry_run "$@"
+afm_script_start "${BASH_SOURCE[0]}" "$@"
 set -- "${AFM_ARGS[@]}"
 
 [[ -n ${INPUT:-} ]] || afm_die "set INPUT to a .json/.jsonl/.parquet question file (bash inference/inference.sh --help)"

@@ -24,8 +24,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=knobs.sh
 source "$ROOT/scripts/knobs.sh"
-afm_help_if_asked "${BASH_SOURCE[0]}" "$@"
-afm_take_dry_run "$@"
+afm_script_start "${BASH_SOURCE[0]}" "$@"
 set -- "${AFM_ARGS[@]}"
 (( $# == 0 )) || afm_die "unknown argument '$1' (knobs are environment variables; see --help)"
 DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")

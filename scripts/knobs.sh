@@ -29,17 +29,33 @@ afm_print_header() {
   sed -n '2,/^[^#]/p' "$1" | sed -e '/^[^#]/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
 }
 
+# afm_asks_help ARGS...: succeeds when an argument is -h or --help (the one test of every script's --help).
+afm_asks_help() {
+  local arg
+  for arg in "$@"; do
+    if [[ $arg == -h || $arg == --help ]]; then return 0; fi
+  done
+  return 1
+}
+
 # afm_help_if_asked FILE ARGS...: when an argument is -h or --help, print FILE's leading comment block (its usage
 # and knobs) and exit 0.
 afm_help_if_asked() {
-  local file=$1 arg
+  local file=$1
   shift
-  for arg in "$@"; do
-    if [[ $arg == -h || $arg == --help ]]; then
-      afm_print_header "$file"
-      exit 0
-    fi
-  done
+  if afm_asks_help "$@"; then
+    afm_print_header "$file"
+    exit 0
+  fi
+}
+
+# afm_script_start FILE ARGS...: how the data, inference, evaluation and build scripts take their arguments: --help
+# prints FILE's header and exits, --dry-run becomes DRY_RUN=1, and the other arguments are left in AFM_ARGS; the
+# script goes on with: set -- "${AFM_ARGS[@]}"
+afm_script_start() {
+  afm_help_if_asked "$@"
+  shift
+  afm_take_dry_run "$@"
 }
 
 # afm_take_dry_run ARGS...: the one dry-run rule of every launch script: the argument --dry-run means DRY_RUN=1

@@ -24,6 +24,25 @@ afm_launcher_python() {
   if [[ -x $dir/python ]]; then echo "$dir/python"; else echo python3; fi
 }
 
+# afm_moved_script NAME ARGS...: what an old single-task script (sft_scripts/sft_qwen2.5_<size>.sh) does: says which
+# per-agent scripts replaced it (its header's "#   bash ..." lines), on stdout with exit 0 for --help, else on stderr
+# with exit 2, so that an old command line cannot train with another task's defaults.
+afm_moved_script() {
+  local name=$1
+  shift
+  if afm_asks_help "$@"; then
+    afm_moved_message "$name"
+    exit 0
+  fi
+  afm_moved_message "$name" >&2
+  exit 2
+}
+
+afm_moved_message() {
+  echo "$1 has moved: the SFT scripts are one per agent, with that agent's defaults. Use:"
+  sed -n 's/^#   bash /  bash /p' "$AFM_ROOT/$1"
+}
+
 # afm_launch STAGE SCRIPT_NAME DEFAULT_MODEL_PATH DEFAULT_OUTPUT_DIR DEFAULT_DATASET [extra flags ...]
 # Finds the launcher and its python; everything else (--help, the original's names, the misspelling check, the
 # script's defaults, checking every knob, building the afm-sft command and launching it or printing it) is
@@ -31,10 +50,8 @@ afm_launcher_python() {
 afm_launch() {
   local stage=$1 script=$2 default_model=$3 default_output=$4 default_dataset=$5
   shift 5
-  local arg mode=()
-  for arg in "$@"; do
-    if [[ $arg == -h || $arg == --help ]]; then mode=(--usage); fi
-  done
+  local mode=()
+  if afm_asks_help "$@"; then mode=(--usage); fi
   # --dry-run is DRY_RUN=1, as in the RL scripts; passed on, LLaMA-Factory would ignore it and train.
   afm_take_dry_run "$@"
   set -- "${AFM_ARGS[@]}"

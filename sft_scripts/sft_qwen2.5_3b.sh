@@ -5,15 +5,6 @@
 #   bash sft_scripts/mhqa_agent/sft_qwen2.5_3b.sh
 # This file only says so (and exits 2), so that an old command line cannot train with another task's defaults.
 set -euo pipefail
-message() {
-  echo "sft_scripts/sft_qwen2.5_3b.sh has moved: the SFT scripts are one per agent, with that agent's defaults. Use:"
-  sed -n 's/^#   bash /  bash /p' "${BASH_SOURCE[0]}"
-}
-for arg in "$@"; do
-  if [[ $arg == -h || $arg == --help ]]; then
-    message
-    exit 0
-  fi
-done
-message >&2
-exit 2
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+afm_moved_script sft_scripts/sft_qwen2.5_3b.sh "$@"

@@ -2,8 +2,9 @@
 check), read from the environment, checked, and turned into the command a launch script runs or prints.
 
 - :mod:`afm.launch.sft`       the SFT/DPO settings (sft_scripts/) and their afm-sft launch
-- :mod:`afm.launch.rl`        the RL settings (experiments/), per-task defaults and profiles as data, the DAPO/PPO
-                              recipe; afm.rl.knobs builds the verl command from them
+- :mod:`afm.launch.rl`        the RL settings (experiments/), per-task defaults and profiles as data
+- :mod:`afm.launch.rl_overrides` the verl Hydra overrides, one function per group (data, actor, the DAPO/PPO recipe,
+                              rollout, device, checkpoint, reward, trainer); afm.rl.knobs checks, resolves and joins them
 - :mod:`afm.launch.settings`  the field declaration (``knob``), the checks and the ``--help`` table
 - :mod:`afm.launch.names`     the original project's knob names (aliases) and the misspelling check
 - :mod:`afm.launch.values`    how values read (numbers, booleans, lists) and the error naming a knob

@@ -3,11 +3,22 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+
+
+def script_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of a launcher module that a launch script runs (``afm_run_module``): ``doc``'s first line as its
+    description and the arguments every script passes: its name, the repository and the caller's directory."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0] if doc else None)
+    p.add_argument("--script", required=True, help="the script's name, for messages")
+    p.add_argument("--root", required=True, help="the repository")
+    p.add_argument("--cwd", default=os.getcwd(), help="where the script was started (relative knobs it was given)")
+    return p
 
 
 def bash_quote(word: str) -> str:

@@ -1,13 +1,14 @@
 """The RL launch settings (experiments/train_*_agent.sh): every knob declared once (:class:`RlSettings`: default,
 variable, help, check), the per-task defaults and the profiles that change them (``--local``, ``ALGORITHM=ppo``,
-``STAGE=2``, the hf engine, the CPU) as data, the original project's names, and the DAPO/PPO recipe as Hydra
-overrides.
+``STAGE=2``, the hf engine, the CPU) as data, and the original project's names. The Hydra overrides built from them
+(the DAPO/PPO recipe included) are :mod:`afm.launch.rl_overrides`'s, one function per group.
 
 How a value is found, first match wins: the caller's environment (the original's names applied), then the layers in
 the order :func:`layers` lists them (``--local``, the hf engine's TP, ``ALGORITHM=ppo``, the code task's stage, the
 task, the CPU), then the field's declared default. A knob set but empty counts as unset, except ``VAL_FILES`` and
 ``TOTAL_TRAINING_STEPS`` (empty switches validation / the step cap off) and ``VAL_DATA_DIR``. The verl command is
-built from these settings by :mod:`afm.rl.knobs` (the trainer side). Standard library only.
+built from these settings by :mod:`afm.rl.knobs` (the trainer side) with :mod:`afm.launch.rl_overrides`. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from afm.launch.names import apply_aliases, misspelt
 from afm.launch.settings import Check, help_rows, knob, knobs, one_of
 from afm.launch.values import KnobError, is_int, is_number, is_posint, is_uint
 
-__all__ = ["ORIGINAL_NAMES", "PATH_KNOBS", "TASKS", "RlSettings", "check", "dapo_overrides", "known_names", "layers",
-           "ppo_overrides", "resolve", "usage"]
+__all__ = ["ORIGINAL_NAMES", "PATH_KNOBS", "TASKS", "RlSettings", "check", "known_names", "layers", "resolve",
+           "usage"]
 
 TASK_NAMES = ("web", "code", "mhqa")
 ALGORITHMS = ("dapo", "ppo")
@@ -421,39 +422,6 @@ def check(settings: RlSettings, task: str) -> str | None:
             if message:
                 return message
     return None
-
-
-# ---- the recipes (configs/verl/dapo.sh and ppo.sh say why each override is there) ----------------------------------
-def dapo_overrides(s: RlSettings, filter_groups: str) -> list[str]:
-    """DAPO on verl 0.9.1: GRPO advantages, clip-higher, dual clip, token-mean loss, no KL, dynamic sampling (V1
-    trainer only), overlong shaping (the reward manager's, in afm.rl.knobs)."""
-    return ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True",
-            "algorithm.use_kl_in_reward=False", "actor_rollout_ref.actor.use_kl_loss=False",
-            "actor_rollout_ref.actor.kl_loss_coef=0.0", "actor_rollout_ref.actor.entropy_coeff=0",
-            f"actor_rollout_ref.actor.clip_ratio_low={s.clip_ratio_low}",
-            f"actor_rollout_ref.actor.clip_ratio_high={s.clip_ratio_high}",
-            f"actor_rollout_ref.actor.clip_ratio_c={s.clip_ratio_c}",
-            f"actor_rollout_ref.actor.loss_agg_mode={s.loss_agg_mode}",
-            f"algorithm.filter_groups.enable={filter_groups}", f"algorithm.filter_groups.metric={s.filter_metric}",
-            f"algorithm.filter_groups.max_num_gen_batches={s.max_num_gen_batches}",
-            f"algorithm.filter_groups.max_inflight_gen_batches={s.max_inflight_gen_batches}",
-            "trainer.use_v1=true", f"trainer.v1.trainer_mode={s.trainer_mode}"]
-
-
-def ppo_overrides(s: RlSettings, model: str) -> list[str]:
-    """The original's MHQA PPO: GAE with a critic started from the actor's model (``model``, resolved), KL loss
-    (low_var_kl), clip 0.2/0.2 (the original defined 0.2/0.28 but passed neither), no dynamic sampling."""
-    return ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=False", "algorithm.filter_groups.enable=False",
-            "actor_rollout_ref.actor.use_kl_loss=True", f"actor_rollout_ref.actor.kl_loss_coef={s.kl_coef}",
-            "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.entropy_coeff=0",
-            "actor_rollout_ref.actor.clip_ratio_low=0.2", "actor_rollout_ref.actor.clip_ratio_high=0.2",
-            f"actor_rollout_ref.actor.loss_agg_mode={s.loss_agg_mode}",
-            "actor_rollout_ref.ref.fsdp_config.param_offload=True", "critic.enable=True", f"critic.model.path={model}",
-            "critic.model.enable_gradient_checkpointing=True", "critic.model.use_remove_padding=True",
-            f"critic.optim.lr={s.critic_lr}", f"critic.optim.lr_warmup_steps_ratio={s.critic_warmup_ratio}",
-            "critic.use_dynamic_bsz=True", f"critic.ppo_max_token_len_per_gpu={s.critic_max_token_len}",
-            "critic.fsdp.param_offload=False", "critic.fsdp.optimizer_offload=False", "trainer.use_v1=true",
-            f"trainer.v1.trainer_mode={s.trainer_mode}"]
 
 
 # ---- help ----------------------------------------------------------------------------------------------------------

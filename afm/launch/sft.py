@@ -11,7 +11,6 @@ processes and GPUs, the attention kernel, the LLaMA-Factory flags, ``--help``, a
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -24,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from afm.launch.command import bash_quote, format_command, run_logged, shell_status
+from afm.launch.command import bash_quote, format_command, run_logged, script_parser, shell_status
 from afm.launch.multinode import (
     DEFAULT_HANG_TIMEOUT,
     DEFAULT_JOIN_TIMEOUT,
@@ -512,11 +511,8 @@ def run(launch: Launch, settings: SftSettings, cwd: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m afm.launch.sft", description=__doc__.splitlines()[0])
+    p = script_parser("python -m afm.launch.sft", __doc__)
     p.add_argument("--stage", required=True, choices=STAGES)
-    p.add_argument("--script", required=True, help="the script's name, for messages")
-    p.add_argument("--root", required=True, help="the repository")
-    p.add_argument("--cwd", default=os.getcwd(), help="where the script was started (relative knobs)")
     p.add_argument("--model", required=True, help="the script's MODEL_PATH")
     p.add_argument("--output", required=True, help="the script's OUTPUT_DIR, under the repository")
     p.add_argument("--dataset", required=True, help="the script's DATASET")

@@ -45,6 +45,11 @@ def parse_bool(name: str, value: str) -> bool:
     raise KnobError(f"{name} must be true or false (got '{value}')")
 
 
+def as_bool(name: str, value: str) -> str:
+    """``true``/``false`` (the words verl's Hydra overrides take) from the spellings people type."""
+    return "true" if parse_bool(name, value) else "false"
+
+
 def split_list(value: str) -> list[str]:
     """A comma-separated value split as bash's ``IFS=, read -a`` does: one trailing empty item is dropped."""
     if not value:

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# configs/verl/dapo.sh: the DAPO recipe as verl 0.9.1 Hydra overrides (described here, built by afm/launch/rl.py).
+# configs/verl/dapo.sh: the DAPO recipe as verl 0.9.1 Hydra overrides (described here, built by afm/launch/rl_overrides.py).
 #
 # verl 0.9.1 has no recipe/ folder: every DAPO piece is a built-in key of the `ppo_trainer` config.
 #
@@ -13,7 +13,7 @@
 #                             (V1 trainer only: trainer.use_v1=true)                        drops all-0 / all-1 groups
 #   overlong reward shaping   reward.reward_manager.name=afm_dapo (verl's dapo manager, registered by afm so that
 #                             the reward function also sees the agent loop's fields: afm/rl/reward_manager.py)
-#                             +reward.reward_kwargs.{max_resp_len,overlong_buffer_cfg.*}    see afm/rl/knobs.py
+#                             +reward.reward_kwargs.{max_resp_len,overlong_buffer_cfg.*}    see afm/launch/rl_overrides.py
 #
 # filter_groups.metric=acc: our compute_score returns `acc` (the answer alone, 0/1) next to `score` (acc after the
 # format rule and penalties). Filtering on acc keeps a group whose answers differ even when every score carries
@@ -23,5 +23,5 @@
 # max_num_gen_batches x data.train_batch_size groups with an error, as the DAPO paper's trainer did (0 = no cap).
 # max_inflight_gen_batches bounds the prompt batches generating at once while filtered groups are refilled.
 
-# The overrides are built in Python, in the launcher's one process: afm/launch/rl.py (dapo_overrides), with the
+# The overrides are built in Python, in the launcher's one process: afm/launch/rl_overrides.py (dapo_overrides), with the
 # knobs' values from RlSettings (no bash round trip). This file stays as the recipe's description.

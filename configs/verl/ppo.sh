@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # configs/verl/ppo.sh: the original project's MHQA recipe (AFM/train/mhqa_agent/rl/train_ppo_mhqa_agent.sh) as verl
 # 0.9.1 Hydra overrides: PPO with GAE and a critic, KL loss 0.001 (low_var_kl), one rollout per prompt.
-# Built by afm/launch/rl.py; chosen with ALGORITHM=ppo (experiments/train_ppo_mhqa_agent.sh sets it).
+# Built by afm/launch/rl_overrides.py; chosen with ALGORITHM=ppo (experiments/train_ppo_mhqa_agent.sh sets it).
 #
 #   piece                     override(s)                                                   why
 #   advantages                algorithm.adv_estimator=gae                                   value baseline, n=1 works
@@ -17,5 +17,5 @@
 #   no dynamic sampling       algorithm.filter_groups.enable=False                          a GRPO-group notion
 #   reward                    REWARD_MANAGER defaults to naive (no DAPO overlong shaping)    the original used EM only
 
-# The overrides are built in Python, in the launcher's one process: afm/launch/rl.py (ppo_overrides), with the
+# The overrides are built in Python, in the launcher's one process: afm/launch/rl_overrides.py (ppo_overrides), with the
 # knobs' values from RlSettings (no bash round trip). This file stays as the recipe's description.
