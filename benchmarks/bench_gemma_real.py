@@ -171,7 +171,7 @@ def _sum_counts(dicts: Any) -> dict[str, int]:
 def world_setup(work: Path) -> tuple[Any, Path, list[str]]:
     """The quickstart's world as bench_gemma_sft.py builds it by default here (seed 0, 3 train / 1 RL / 2 held-out
     questions per family): the world, its eval data root and its held-out benchmarks."""
-    from afm.demo.recipe import FAMILIES, make_world
+    from afm.quickstart.recipe import FAMILIES, make_world
 
     world, root = make_world(work / "world", 0, {"train": 3, "rl": 1, "heldout": 2})
     return world, root, [f"world_{f}" for f in FAMILIES]
@@ -182,8 +182,8 @@ def part_eval(args: argparse.Namespace, work: Path, model: Any) -> dict[str, Any
     hf backend; per-benchmark figures of each."""
     import yaml
 
-    from afm.demo.agent_demo import DemoServers
-    from afm.demo.recipe import world_tools
+    from afm.quickstart.recipe import world_tools
+    from afm.quickstart.servers import DemoServers
 
     if args.data_root:
         data_root, source = Path(args.data_root), {b: f"{args.data_root} (afm layout)" for b in ORIG_FILES}

@@ -2,7 +2,7 @@
 full fine-tune and LoRA for the same fixed budget of steps, train loss and held-out accuracy before/after.
 
 The world, the distilled SFT set, the real tool servers and ``afm eval run --backend hf`` are the quickstart's
-(afm.demo.recipe); the student is Gemma instead of the tiny Qwen2, trained by ``afm-sft train`` with LLaMA-Factory's
+(afm.quickstart.recipe); the student is Gemma instead of the tiny Qwen2, trained by ``afm-sft train`` with LLaMA-Factory's
 ``gemma`` template. The LoRA adapter is merged (peft) before it is evaluated. The untrained Gemma is the baseline,
 measured in the same run. The 1-minute load average is printed: the machine may be shared.
 
@@ -40,10 +40,12 @@ def train(base: Path, data: Path, out: Path, mode: str, steps: int, batch: int, 
     """One ``afm-sft train`` run (under /usr/bin/time -v when present); its loss curve, seconds and peak RSS."""
     import subprocess
 
-    from afm.demo.recipe import SftSchedule, sft_config
-    from afm.quickstart import losses
+    from afm.quickstart.profile import DEFAULT, SftSchedule
+    from afm.quickstart.recipe import sft_config
+    from afm.quickstart.run import losses
 
-    cfg = sft_config(base, data, out, SftSchedule(batch_size=batch, learning_rate=lr, cutoff_len=1024))
+    schedule = SftSchedule(epochs=DEFAULT.sft_epochs, batch_size=batch, learning_rate=lr, cutoff_len=1024)
+    cfg = sft_config(base, data, out, schedule)
     cfg.update({"template": "gemma", "finetuning_type": mode, "max_steps": steps, "logging_steps": 1,
                 "warmup_ratio": 0.0, "lr_scheduler_type": "constant"})
     if mode == "lora":
@@ -81,8 +83,8 @@ def merge_lora(base: Path, adapter: Path, out: Path) -> Path:
 def held_out(model: Path, root: Path, servers: Any, run_dir: Path, caps: list[str]) -> dict[str, float]:
     """``afm eval run --backend hf`` on the world's held-out questions with the token caps (an untrained model would
     otherwise write until the 32k context is full); per-family accuracy."""
-    from afm.demo.recipe import FAMILIES, accuracy, world_tools
     from afm.eval.run import main as eval_main
+    from afm.quickstart.recipe import FAMILIES, accuracy, world_tools
 
     run_dir.mkdir(parents=True, exist_ok=True)
     tools_yaml = run_dir.parent / f"{run_dir.name}_tools.yaml"
@@ -113,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from afm.demo.agent_demo import DemoServers
-    from afm.demo.recipe import distill_sft_data, make_world
     from afm.model import prepare
+    from afm.quickstart.recipe import distill_sft_data, make_world
+    from afm.quickstart.servers import DemoServers
 
     work = Path(args.out).absolute()
     shutil.rmtree(work, ignore_errors=True)

@@ -56,8 +56,9 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     family's tools and copy from their observations. Not higher: which copies a 520-step student gets right varies
     from run to run (the demo site's random port is part of the data); this world measured 57%, 97.5% and 100%
     (benchmarks/RESULTS.md 2026-11-26 afternoon)."""
-    from afm.quickstart import Profile, run
-    from afm.quickstart_rl import rl_python
+    from afm.quickstart.profile import Profile
+    from afm.quickstart.rl import rl_python
+    from afm.quickstart.run import run
 
     try:
         rl_python()
@@ -84,7 +85,7 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     assert stages["sft"]["macro"] >= 0.25, (stages["sft"], summary["sft_loss"][-1])
     # the format and the tools: every arith question goes to the sandboxed code tool, which runs the program, and
     # most questions of every family call exactly that family's tools
-    from afm.demo.world import TOOLS_OF
+    from afm.quickstart.world import TOOLS_OF
 
     results = [json.loads(line) for line in (tmp_path / "qs" / "eval" / "sft" / "results.jsonl").read_text().splitlines()]
     arith = [r for r in results if r["benchmark"] == "world_arith"]
@@ -108,7 +109,7 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
 
 
 def test_dapo_batch_shrinks_to_the_questions_selection_kept():
-    from afm.quickstart import rl_batch_knobs
+    from afm.quickstart.run import rl_batch_knobs
 
     assert rl_batch_knobs(27, 1) == {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 1}
     assert rl_batch_knobs(27, 4) == {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4}
@@ -116,7 +117,7 @@ def test_dapo_batch_shrinks_to_the_questions_selection_kept():
 
 
 def test_rl_is_skipped_when_no_group_can_carry_a_gradient():
-    from afm.quickstart import why_no_rl
+    from afm.quickstart.run import why_no_rl
 
     none_mixed = {"solved_count_histogram": {"0/4": 10, "4/4": 2}}
     assert "FILTER_GROUPS=false" in why_no_rl(none_mixed, env={})
@@ -132,8 +133,8 @@ def test_a_dapo_run_stopped_by_the_refill_cap_is_reported_not_raised(tmp_path):
     """The quickstart keeps its SFT results when DAPO's refill cap stops the run: run_dapo tells that stop
     (GroupsFiltered) from a broken run (RuntimeError with the log's tail), and the quickstart's cap is 30 batches
     unless MAX_NUM_GEN_BATCHES says otherwise."""
-    from afm.quickstart import rl_refill_cap
-    from afm.quickstart_rl import GroupsFiltered, dapo_failure
+    from afm.quickstart.rl import GroupsFiltered, dapo_failure
+    from afm.quickstart.run import rl_refill_cap
 
     log = tmp_path / "dapo.log"
     text = ("step 2 ...\nTraceback (most recent call last):\nafm.rl.local.patches.TooManyFilteredGroups: DAPO's group "
@@ -148,8 +149,9 @@ def test_a_dapo_run_stopped_by_the_refill_cap_is_reported_not_raised(tmp_path):
 
 def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
     """The RL flags of `afm quickstart` (the 12-minute run where DAPO helped, RESULTS.md) set the profile."""
-    import afm.quickstart as quickstart
+    import afm.quickstart.run as quickstart
     from afm.cli import main
+    from afm.quickstart.profile import DEFAULT
 
     seen = {}
     monkeypatch.setattr(quickstart, "run", lambda workdir, profile, seed=0, rl=True: seen.update(p=profile, rl=rl))
@@ -157,13 +159,13 @@ def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
                  "--rl-steps", "16", "--rl-lr", "3e-5"]) == 0
     p = seen["p"]
     assert (p.rl_per_family, p.rl_samples, p.rl_steps, p.rl_lr, seen["rl"]) == (40, 8, 16, 3e-5, True)
-    assert p.train_per_family == quickstart.DEFAULT.train_per_family and quickstart.DEFAULT.rl_lr == 3e-5
+    assert p.train_per_family == DEFAULT.train_per_family and DEFAULT.rl_lr == 3e-5
     assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "1e-3", "--student-kv-heads", "2",
                  "--student-width", "256", "--rl-mini-batch", "4"]) == 0
     p = seen["p"]
     assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (1e-3, 2, 256, 2)
-    assert quickstart.DEFAULT.student_kv_heads == 4
-    assert (p.rl_mini_batch, quickstart.DEFAULT.rl_mini_batch) == (4, 1)
+    assert DEFAULT.student_kv_heads == 4
+    assert (p.rl_mini_batch, DEFAULT.rl_mini_batch) == (4, 1)
     # --full keeps the shape its figures were measured with
     assert main(["quickstart", "--workdir", str(tmp_path), "--full"]) == 0
     assert (seen["p"].student_width, seen["p"].student_kv_heads, seen["p"].student_layers) == (128, 2, 4)

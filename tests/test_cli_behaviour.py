@@ -32,7 +32,7 @@ ENTRY_POINTS: list[list[str]] = [
         "afm.data.difficulty", "afm.data.distill", "afm.data.dpo_pairs", "afm.data.filters", "afm.data.rl_parquet",
         "afm.doctor", "afm.sandbox.cli", "afm.agent.infer", "afm.servers.search_server", "afm.servers.crawl_server",
         "afm.servers.wiki_server", "afm.servers.demo_site", "afm.servers.bm25_index", "afm.servers.demo_data",
-        "afm.demo.recipe", "afm.quickstart_rl", "afm.rl.local.toy", "afm.sft.launcher", "afm.sft.knobs", "afm.launch.sft",
+        "afm.quickstart.recipe", "afm.quickstart.rl", "afm.rl.local.toy", "afm.sft.launcher", "afm.sft.knobs", "afm.launch.sft",
         "afm.rl.knobs",
         "afm.offline.openai_standin")),
 ]

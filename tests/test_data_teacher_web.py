@@ -24,8 +24,8 @@ from teacher_replies import (
 from afm.data.convert import main as convert_main
 from afm.data.records import RunRecord
 from afm.data.teacher import ChatClient, Teacher, TeacherTask, teacher_config_from_dict
-from afm.demo.agent_demo import DemoServers
 from afm.offline.openai_standin import StandIn
+from afm.quickstart.servers import DemoServers
 from afm.sft.report import preprocess
 from afm.tools import load_tools_config
 from afm.trajectory import validate

@@ -1,5 +1,5 @@
-"""The demo world (afm.demo.world), its rule-based teacher model (afm.demo.teacher_model) and the distillation
-stage of the miniature recipe (afm.demo.recipe) with the real servers, sandbox, filter and converter."""
+"""The demo world (afm.quickstart.world), its rule-based teacher model (afm.quickstart.teacher) and the distillation
+stage of the miniature recipe (afm.quickstart.recipe) with the real servers, sandbox, filter and converter."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import urllib.request
 
 import pytest
 
-from afm.demo.teacher_model import Solver, TeacherModel
-from afm.demo.world import FAMILIES, PROMPT, SPLITS, build_world
 from afm.prompts import get_prompt
+from afm.quickstart.teacher import Solver, TeacherModel
+from afm.quickstart.world import FAMILIES, PROMPT, SPLITS, build_world
 from afm.rewards import compute_score
 
 SMALL = {"train": 6, "rl": 4, "heldout": 4}
@@ -57,7 +57,7 @@ def test_every_gold_scores_one_and_a_wrong_answer_zero():
 
 def test_every_question_ends_with_what_the_first_thought_restates():
     """The first copy sits at the same place in every family: the question ends with the entity (or expression) and
-    the teacher's first thought begins with it, so one copy pattern serves the four families (afm.demo.world)."""
+    the teacher's first thought begins with it, so one copy pattern serves the four families (afm.quickstart.world)."""
     import re
 
     world = build_world(5, SMALL)
@@ -77,7 +77,7 @@ def test_the_default_world_has_no_census_figures_in_its_snippets():
 
 
 def test_the_shortcut_world_shows_a_census_count_that_is_out_of_date_for_half_the_towns():
-    """The teacher-shortcut world (afm.demo.world): only the page states the population; the snippet's census count
+    """The teacher-shortcut world (afm.quickstart.world): only the page states the population; the snippet's census count
     is it for about half the towns and 1-20% off for the others; every other draw is the default world's."""
     world = build_world(0, {"train": 200, "rl": 5, "heldout": 5}, shortcut=True)
     towns = world.all_towns()
@@ -101,7 +101,7 @@ def test_the_teacher_takes_the_snippet_shortcut_only_when_asked_and_its_verifier
     plans two searches and no page, answers the snippet's census count, and its verifier (which saw only the
     snippet) scores that 4, right or wrong; with the page read it answers the page's figure. The other families never
     take it, and the default teacher (rate 0) never does."""
-    from afm.demo.world import SHORTCUT_RATE
+    from afm.quickstart.world import SHORTCUT_RATE
 
     world = build_world(0, {"train": 300, "rl": 5, "heldout": 5}, shortcut=True)
     s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0, shortcut_rate=SHORTCUT_RATE)
@@ -161,8 +161,8 @@ def test_solver_reads_facts_from_observations_only():
 
 
 def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
-    from afm.demo.agent_demo import DemoServers
-    from afm.demo.recipe import SFT_DATASET, distill_sft_data, make_world
+    from afm.quickstart.recipe import SFT_DATASET, distill_sft_data, make_world
+    from afm.quickstart.servers import DemoServers
 
     world, root = make_world(tmp_path, seed=1, per_family={"train": 8, "rl": 2, "heldout": 2})
     with DemoServers(tmp_path / "servers", world=world) as servers:
@@ -203,9 +203,9 @@ def test_shortcut_distillation_keeps_only_the_shortcuts_that_were_right(tmp_path
     """The teacher-shortcut world through the real teacher server, search server and filter: the shortcut runs (two
     searches, no page) answer the snippet's census count; the quality filter drops the wrong ones and keeps the right
     ones, so the SFT set holds the shortcut but no wrong answer."""
-    from afm.demo.agent_demo import DemoServers
-    from afm.demo.recipe import distill_sft_data, make_world
-    from afm.demo.world import SHORTCUT_RATE
+    from afm.quickstart.recipe import distill_sft_data, make_world
+    from afm.quickstart.servers import DemoServers
+    from afm.quickstart.world import SHORTCUT_RATE
 
     world, root = make_world(tmp_path, seed=1, per_family={"train": 16, "rl": 1, "heldout": 1}, shortcut=True)
     with DemoServers(tmp_path / "servers", world=world) as servers:
@@ -229,14 +229,14 @@ def test_rl_selection_samples_the_policy_with_real_tools_and_writes_verls_parque
     parquet rows that carry the world's prompt, tools, data source and golds."""
     import pandas as pd
 
-    from afm.demo.agent_demo import DemoServers
-    from afm.demo.recipe import select_rl_data
-    from afm.model.tiny import build_tiny_model
+    from afm.model.tiny import ModelSize, build_tiny_model
+    from afm.quickstart.recipe import select_rl_data
+    from afm.quickstart.servers import DemoServers
 
     world, root = make_world_small(tmp_path)
     texts = [PROMPT.text] + [t.question for t in world.tasks["train"]]
-    model = build_tiny_model(tmp_path / "student", texts, vocab_size=512, hidden_size=32, intermediate_size=64,
-                             num_layers=1, num_heads=2, num_kv_heads=1)
+    size = ModelSize(vocab_size=512, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1)
+    model = build_tiny_model(tmp_path / "student", texts, size)
     with DemoServers(tmp_path / "servers", world=world) as servers:
         out = select_rl_data(model, root, servers, tmp_path / "select", n=2, limit=4)
     samples = [json.loads(line) for line in out["samples"].read_text().splitlines()]
@@ -255,7 +255,7 @@ def test_rl_selection_samples_the_policy_with_real_tools_and_writes_verls_parque
 
 
 def make_world_small(tmp_path):
-    from afm.demo.recipe import make_world
+    from afm.quickstart.recipe import make_world
 
     return make_world(tmp_path, seed=2, per_family={"train": 3, "rl": 1, "heldout": 1})
 
@@ -264,7 +264,7 @@ def test_servers_can_keep_the_site_where_a_student_learned_it(tmp_path):
     """The page URLs (search results, crawl calls) carry the site's port, which a student trained on them learns;
     ``site_port`` serves a later evaluation at the same address."""
     from afm.common.procs import free_port
-    from afm.demo.agent_demo import DemoServers
+    from afm.quickstart.servers import DemoServers
 
     port = free_port()
     servers = DemoServers(tmp_path, world=build_world(0, SMALL), site_port=port)

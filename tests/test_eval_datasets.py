@@ -51,7 +51,7 @@ def encrypt(text: str, password: str) -> str:
 
 # -- the benchmark table -------------------------------------------------------------------------------------
 def test_every_benchmark_is_known_to_rewards_and_prompts():
-    # the paper's sets and the demo world's held-out sets (afm.demo.world, prompt named as module:attribute)
+    # the paper's sets and the demo world's held-out sets (afm.quickstart.world, prompt named as module:attribute)
     assert set(BENCHMARKS) == PAPER_SETS | {f"world_{f}" for f in ("arith", "lookup", "multihop", "calc")}
     sources = {canonical(s) for s in known_data_sources(aliases=True)}
     prompts = set(list_prompts())

@@ -44,21 +44,17 @@ ALLOWED: dict[str, set[str]] = {
     "sft": {"trajectory", "launch"},  # afm.sft.knobs re-exports afm.launch.sft; the watchdog reads its variable
     # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.model.tiny
     "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "model", "demo_content", "launch"},
-    # applications: the demo world, the quickstart, the CLI and the doctor sit on top
-    "demo": {"agent", "tools", "trajectory", "servers", "offline", "sandbox", "model", "rewards", "prompts", "data", "eval",
-             "demo_content", "quickstart_rl", "common"},
-    "quickstart": {"demo", "eval", "agent", "data", "rewards", "tools", "trajectory", "servers", "offline", "prompts", "model",
-                   "demo_content", "quickstart_rl", "quickstart_summary", "launch", "common"},
-    "quickstart_rl": {"common"},
-    "quickstart_summary": {"eval"},
+    # applications: the quickstart (afm/quickstart: the recipe in miniature), the CLI and the doctor sit on top
+    "quickstart": {"agent", "common", "data", "eval", "launch", "model", "prompts", "servers", "offline", "rewards",
+                   "tools", "trajectory", "sandbox", "demo_content"},
     "doctor": {"sft", "sandbox"},
-    "cli": {"agent", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "demo", "model"},
+    "cli": {"agent", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "model"},
 }
 
 
 # Outside the product: the stand-ins of tests and benchmarks, and the quickstart (an application of the product).
 # Only they, and the CLI's `afm quickstart` command, may import them.
-OUTSIDE_PRODUCT = {"offline", "quickstart", "demo", "quickstart_rl", "quickstart_summary"}
+OUTSIDE_PRODUCT = {"offline", "quickstart"}
 IMPORTS_OUTSIDE = {"cli": {"quickstart"}}
 
 

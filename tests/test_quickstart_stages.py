@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from afm.quickstart_rl import VERL_TOOLS, latest_hf_checkpoint, parse_steps, verl_tools_yaml
-from afm.quickstart_summary import stage_summary, write_report
+from afm.quickstart.rl import VERL_TOOLS, latest_hf_checkpoint, parse_steps, verl_tools_yaml
+from afm.quickstart.summary import stage_summary, write_report
 
 
 def _rec(family: str, qid: str, acc: float, tool_calls: int, tokens: int) -> dict:
@@ -125,7 +125,7 @@ def test_latest_hf_checkpoint(tmp_path):
 
 
 def test_family_names_lose_the_benchmark_prefix(tmp_path):
-    from afm.quickstart_summary import rename_families
+    from afm.quickstart.summary import rename_families
 
     runs = {"sft": _run(tmp_path / "s", {"world_arith": 8, "world_lookup": 5}),
             "rl": _run(tmp_path / "r", {"world_arith": 9, "world_lookup": 10})}
@@ -139,7 +139,7 @@ def test_family_names_lose_the_benchmark_prefix(tmp_path):
 def test_rl_questions_keep_the_families_asked_for(tmp_path):
     """The RL split a quickstart trains on when the world names a family RL is meant to fix (``RL_TARGET``): only
     that family's questions, every one of them; no families: the world's file itself; a typo: an error naming it."""
-    from afm.demo.recipe import make_world, rl_questions
+    from afm.quickstart.recipe import make_world, rl_questions
 
     _, root = make_world(tmp_path / "w", 0, {"train": 2, "rl": 3, "heldout": 2})
     whole = root / "world" / "rl.jsonl"
@@ -154,7 +154,7 @@ def test_rl_questions_keep_the_families_asked_for(tmp_path):
 def test_teacher_shortcut_profile_takes_its_own_dapo_lr_unless_one_is_given():
     """``--teacher-shortcut``: the shortcut world, its SFT epochs and DAPO's lr for its lookup-only RL set; the flags
     still win; without it the default profile is unchanged."""
-    from afm.quickstart import DEFAULT, FULL, SHORTCUT_RL_LR, SHORTCUT_SFT_EPOCHS, profile_from_args
+    from afm.quickstart.profile import DEFAULT, FULL, SHORTCUT_RL_LR, SHORTCUT_SFT_EPOCHS, profile_from_args
 
     assert profile_from_args() == DEFAULT and not DEFAULT.teacher_shortcut
     on = profile_from_args(teacher_shortcut=True)

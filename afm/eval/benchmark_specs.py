@@ -61,11 +61,11 @@ CODE_SAMPLING = {"temperature": CODE_TEMPERATURE["32b"], "top_p": 1.0, "top_k": 
 DEMO_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_turns": 4, "max_tokens_per_turn": 128,
                  "max_response_tokens": 512, "n": 2}
 
-# The quickstart's demo world (afm.demo.world; files written by `python -m afm.demo.recipe`): one benchmark per
+# The quickstart's demo world (afm.quickstart.world; files written by `python -m afm.quickstart.recipe`): one benchmark per
 # task family, all four tools offered, greedy decoding, short trajectories. Names kept here so that the eval layer
 # does not import the demo package.
 WORLD_FAMILIES = ("arith", "lookup", "multihop", "calc")
-WORLD_PROMPT = "afm.demo.world:PROMPT"
+WORLD_PROMPT = "afm.quickstart.world:PROMPT"
 WORLD_TOOLS = ("web_search", "crawl_page", "wiki_search", "code")
 WORLD_SAMPLING = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_turns": 6, "max_tokens_per_turn": 160,
                   "max_response_tokens": 1024, "n": 1}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,24 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int = 2048):
+@dataclass(frozen=True)
+class ModelSize:
+    """The shape of a tiny Qwen2 (no defaults: a caller names one, :data:`TINY` or the quickstart profile's
+    ``student_size()``)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+
+
+# The model of the tests, the benchmarks and --local's toy policy: built and trained in seconds on a CPU.
+TINY = ModelSize(vocab_size=2048, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2)
+
+
+def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int):
     """Train a Qwen2-style byte-level BPE on ``texts`` and save it as a transformers tokenizer in ``out_dir``."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -81,17 +99,12 @@ def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int =
 def build_tiny_model(
     out_dir: str | Path,
     texts: Iterable[str],
+    size: ModelSize = TINY,
     *,
-    vocab_size: int = 2048,
-    hidden_size: int = 64,
-    intermediate_size: int = 128,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
     rope_theta: float = 1_000_000.0,
     seed: int = 0,
 ) -> Path:
-    """Write a random-init Qwen2ForCausalLM and its tokenizer to ``out_dir`` and return the path.
+    """Write a random-init Qwen2ForCausalLM of shape ``size`` and its tokenizer to ``out_dir``; return the path.
 
     ``rope_theta`` is Qwen2.5's 1e6, not transformers' default 1e4: with the slower rotation more of each head's
     dimensions match content at any distance, and the demo student learned to copy a number from hundreds of tokens
@@ -100,15 +113,15 @@ def build_tiny_model(
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
-    train_tokenizer(texts, out, vocab_size=vocab_size)
+    train_tokenizer(texts, out, vocab_size=size.vocab_size)
     tokenizer = AutoTokenizer.from_pretrained(out)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
+        hidden_size=size.hidden_size,
+        intermediate_size=size.intermediate_size,
+        num_hidden_layers=size.num_layers,
+        num_attention_heads=size.num_heads,
+        num_key_value_heads=size.num_kv_heads,
         max_position_embeddings=4096,
         rope_theta=rope_theta,
         tie_word_embeddings=True,

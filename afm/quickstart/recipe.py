@@ -1,12 +1,12 @@
 """The recipe in miniature on the demo world: distill -> filter -> convert -> masked SFT -> eval (-> RL: the
-quickstart adds select -> DAPO -> eval, see :mod:`afm.quickstart`).
+quickstart adds select -> DAPO -> eval, see :mod:`afm.quickstart.run`; the settings: :mod:`afm.quickstart.profile`).
 
 Every stage is the production tool, run on local parts: the multi-agent teacher of ``afm data distill`` against the
-rule-based teacher model (:mod:`afm.demo.teacher_model`) with the real search, crawl and wiki servers and the code
-sandbox (:class:`afm.demo.agent_demo.DemoServers`); ``afm data filter`` and ``afm data convert``; ``afm-sft train``
+rule-based teacher model (:mod:`afm.quickstart.teacher`) with the real search, crawl and wiki servers and the code
+sandbox (:class:`afm.quickstart.servers.DemoServers`); ``afm data filter`` and ``afm data convert``; ``afm-sft train``
 (LLaMA-Factory, observation masking); ``afm eval run`` with the hf backend and the same tools.
 
-    python -m afm.demo.recipe runs/recipe          # world -> distill -> SFT -> eval, per-family accuracy
+    python -m afm.quickstart.recipe runs/recipe          # world -> distill -> SFT -> eval, per-family accuracy
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from afm.demo.world import FAMILIES, PROMPT, World, build_world
 from afm.eval.datasets import WORLD_PROMPT as PROMPT_KEY
 from afm.eval.datasets import WORLD_SAMPLING
+from afm.model.tiny import ModelSize
+from afm.quickstart.profile import DEFAULT, RL_KNOBS, TEACHER_MISS_RATE, TEACHER_MISTAKE_RATE, SftSchedule
+from afm.quickstart.world import FAMILIES, PROMPT, World, build_world
 
 SFT_DATASET = "afm_world_sft"
 TEACHER_CONFIG = {
@@ -33,38 +35,10 @@ TEACHER_CONFIG = {
                 "api_key_env": "TEACHER_API_KEY", "timeout_s": 30, "max_retries": 1},
     "budgets": {"max_steps": 40, "max_tool_calls": 6, "max_replans": 2, "max_answer_attempts": 2,
                 "run_timeout_s": 120},
-    "controller": {"prompt_key": "afm.demo.world:PROMPT", "reflect_every": 2, "accept_score": 3,
+    "controller": {"prompt_key": "afm.quickstart.world:PROMPT", "reflect_every": 2, "accept_score": 3,
                    "tool_timeout_s": 30, "answer_think": "Score {score}: answer.",
                    "space_after_tag": True},
 }
-
-
-@dataclass(frozen=True)
-class ModelSize:
-    """The tiny student: a Qwen2 sized so masked SFT learns the demo world in minutes on 2 CPU cores.
-
-    Two layers by default: copying the question's digits into the program (an induction-style attention pattern)
-    is what the student learns last, and the 2-layer model leaves the loss plateau before it (loss 0.44 at step 185
-    where the 4-layer one is still at 0.52) at 1.35x the steps per second. Given ~1000+ steps (``--full``), four
-    layers (128 wide, 2 key/value heads) learn every family of the numbered world: SFT macro 99.6%
-    (benchmarks/RESULTS.md, 2026-11-25 night). A key/value head per query head (4, not Qwen's grouped 2): on the
-    three worlds where the 2-key/value student stalled or left a family at 0-16% (SFT macro 0%, 75%, 79%) it learned
-    every family (100%, 96%, 99%) in the same 520 steps (RESULTS.md, 2026-11-26 afternoon)."""
-
-    vocab_size: int = 1024
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 4
-
-
-@dataclass(frozen=True)
-class SftSchedule:
-    epochs: float = 4.0
-    batch_size: int = 16
-    learning_rate: float = 2e-3
-    cutoff_len: int = 768
 
 
 def world_tools(servers: Any) -> dict[str, Any]:
@@ -83,7 +57,7 @@ def world_tools(servers: Any) -> dict[str, Any]:
 
 def make_world(work: str | Path, seed: int = 0, per_family: dict[str, int] | None = None, *,
                shortcut: bool = False) -> tuple[World, Path]:
-    """Build the world (``shortcut``: the teacher-shortcut world, :mod:`afm.demo.world`) and write its question
+    """Build the world (``shortcut``: the teacher-shortcut world, :mod:`afm.quickstart.world`) and write its question
     files under ``work/eval_data/world`` (the eval data root)."""
     world = build_world(seed, per_family, shortcut=shortcut)
     root = Path(work) / "eval_data"
@@ -92,15 +66,16 @@ def make_world(work: str | Path, seed: int = 0, per_family: dict[str, int] | Non
 
 
 def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: int = 0,
-                     mistake_rate: float = 0.15, miss_rate: float = 0.3, shortcut_rate: float = 0.0,
+                     mistake_rate: float = TEACHER_MISTAKE_RATE, miss_rate: float = TEACHER_MISS_RATE,
+                     shortcut_rate: float = 0.0,
                      concurrency: int = 16) -> dict[str, Any]:
     """Teacher runs on the train split -> filtered runs -> LLaMA-Factory dataset ``afm_world_sft`` in
-    ``work/sft_data`` (``shortcut_rate``: the teacher's lookup shortcut, :mod:`afm.demo.world`). Returns the paths
+    ``work/sft_data`` (``shortcut_rate``: the teacher's lookup shortcut, :mod:`afm.quickstart.world`). Returns the paths
     and the filter report."""
     from afm.data.convert import main as convert
     from afm.data.distill import main as distill
     from afm.data.filters import main as filter_runs
-    from afm.demo.teacher_model import TeacherModel
+    from afm.quickstart.teacher import TeacherModel
 
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -154,20 +129,17 @@ def tokenizer_texts(data_dir: Path) -> list[str]:
     return texts
 
 
-def build_student(out: Path, data_dir: Path, size: ModelSize = ModelSize(), seed: int = 0) -> Path:
-    """The untrained student (random weights) with a Qwen2-style tokenizer trained on the SFT set."""
+def build_student(out: Path, data_dir: Path, size: ModelSize, seed: int = 0) -> Path:
+    """The untrained student (random weights, ``size``: a profile's ``student_size()``) with a Qwen2-style tokenizer
+    trained on the SFT set."""
     from afm.model.tiny import build_tiny_model
 
     if (out / "config.json").exists():
         return out
-    return build_tiny_model(out, tokenizer_texts(data_dir), vocab_size=size.vocab_size,
-                            hidden_size=size.hidden_size, intermediate_size=size.intermediate_size,
-                            num_layers=size.num_layers, num_heads=size.num_heads, num_kv_heads=size.num_kv_heads,
-                            seed=seed)
+    return build_tiny_model(out, tokenizer_texts(data_dir), size, seed=seed)
 
 
-def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule = SftSchedule(),
-               seed: int = 0) -> dict[str, Any]:
+def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0) -> dict[str, Any]:
     """The LLaMA-Factory yaml of the masked SFT run."""
     return {
         "model_name_or_path": str(model), "stage": "sft", "do_train": True, "finetuning_type": "full",
@@ -181,7 +153,7 @@ def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule = S
     }
 
 
-def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule = SftSchedule(), seed: int = 0) -> Path:
+def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0) -> Path:
     """Masked SFT through ``afm-sft train`` (a real LLaMA-Factory run); returns ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg = out.parent / f"{out.name}.yaml"
@@ -237,7 +209,7 @@ def rl_questions(world_root: Path, work: Path, families: Sequence[str] | None = 
     return out
 
 
-def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n: int = 4,
+def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n: int,
                    temperature: float = 1.0, limit: int | None = None, seed: int = 0,
                    max_questions: int | None = None, families: Sequence[str] | None = None) -> dict[str, Any]:
     """The paper's RL selection on the world's ``rl`` split: ``afm infer`` samples ``n`` trajectories per question
@@ -279,20 +251,15 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
     return {"samples": samples, "parquet": parquet if report.get("kept") else None, "report": report}
 
 
-# DAPO on CPU for the world: 4 prompts x 4 rollouts a step, with the eval's turn and token limits (world_* specs).
-RL_KNOBS = {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4, "ROLLOUT_N": 4, "MAX_PROMPT_LENGTH": 192,
-            "MAX_RESPONSE_LENGTH": WORLD_SAMPLING["max_response_tokens"], "MAX_TURNS": WORLD_SAMPLING["max_turns"],
-            "MAX_OBS_CHARS": 1024, "LR": 1e-5, "TEMPERATURE": 1.0}
-
-
-def train_rl(model: Path, parquet: Path, servers: Any, work: Path, *, steps: int = 12,
+def train_rl(model: Path, parquet: Path, servers: Any, work: Path, *, steps: int, lr: float,
              knobs: dict[str, Any] | None = None) -> Any:
     """DAPO from ``model`` on ``parquet`` through verl's real trainer (``--local``: CPU, hf rollout) with the world's
-    tools; returns :class:`afm.quickstart_rl.DapoRun` (final HF policy, per-step metrics)."""
-    from afm.quickstart_rl import run_dapo
+    tools, the profile's :data:`~afm.quickstart.profile.RL_KNOBS` and learning rate ``lr``; returns
+    :class:`afm.quickstart.rl.DapoRun` (final HF policy, per-step metrics)."""
+    from afm.quickstart.rl import run_dapo
 
     return run_dapo(model, parquet, world_tools(servers), work, task="code", steps=steps,
-                    knobs={**RL_KNOBS, **(knobs or {})})
+                    knobs={**RL_KNOBS, "LR": lr, **(knobs or {})})
 
 
 def accuracy(run_dir: Path) -> dict[str, float]:
@@ -313,13 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     """world -> distill -> filter -> convert -> untrained eval -> SFT -> SFT eval, with timings."""
     import argparse
 
-    from afm.demo.agent_demo import DemoServers
+    from afm.quickstart.servers import DemoServers
 
-    p = argparse.ArgumentParser(prog="python -m afm.demo.recipe", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m afm.quickstart.recipe", description=__doc__.split("\n\n")[0])
     p.add_argument("workdir")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=float, default=SftSchedule.epochs)
-    p.add_argument("--lr", type=float, default=SftSchedule.learning_rate)
+    p.add_argument("--epochs", type=float, default=DEFAULT.sft_epochs)
+    p.add_argument("--lr", type=float, default=DEFAULT.sft_lr)
     p.add_argument("--limit", type=int, default=None, help="held-out questions per family")
     args = p.parse_args(argv)
     work = Path(args.workdir).absolute()
@@ -330,9 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         out = distill_sft_data(root, servers, work / "distill", seed=args.seed)
         t["distill"] = time.monotonic() - t0
         print(json.dumps(out["filter_report"].get("counts", out["filter_report"]), indent=1)[:1500])
-        model = build_student(work / "model-init", out["data"])
+        model = build_student(work / "model-init", out["data"], DEFAULT.student_size())
         t1 = time.monotonic()
-        sft = train_sft(model, out["data"], work / "sft", SftSchedule(epochs=args.epochs, learning_rate=args.lr))
+        schedule = replace(DEFAULT.sft_schedule(), epochs=args.epochs, learning_rate=args.lr)
+        sft = train_sft(model, out["data"], work / "sft", schedule)
         t["sft"] = time.monotonic() - t1
         t2 = time.monotonic()
         acc = evaluate(sft, root, servers, work / "eval_sft", limit=args.limit)

@@ -22,7 +22,7 @@ import yaml
 
 from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VERL_TOOLS = REPO / "configs" / "verl" / "tools" / "afm.yaml"
 _STEP = re.compile(r"step:(\d+) - (.*)")
 
@@ -123,7 +123,7 @@ def dapo_failure(text: str, log: Path, code: int) -> RuntimeError:
 
 
 def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str, Any], work: str | Path, *,
-             task: str = "code", steps: int = 24, knobs: Mapping[str, Any] | None = None,
+             task: str = "code", steps: int, knobs: Mapping[str, Any] | None = None,
              echo: bool = True) -> DapoRun:
     """``bash experiments/train_dapo_<task>.sh --local`` from ``model`` on ``train_files`` with the given tools.
 
@@ -168,11 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     """A few DAPO steps of the miniature recipe with the code tool (manual use); prints the run."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m afm.quickstart_rl", description=main.__doc__)
+    from afm.quickstart.profile import DEFAULT
+
+    p = argparse.ArgumentParser(prog="python -m afm.quickstart.rl", description=main.__doc__)
     p.add_argument("model", help="policy to start from (a Hugging Face folder)")
     p.add_argument("train_files", help="verl RL parquet (afm data rl)")
     p.add_argument("workdir", help="folder for the tools yaml, the log and the checkpoints")
-    p.add_argument("--steps", type=int, default=4, help="training steps (default: 4)")
+    p.add_argument("--steps", type=int, default=DEFAULT.rl_steps,
+                   help=f"training steps (default: the quickstart's {DEFAULT.rl_steps})")
     args = p.parse_args(argv)
     print(run_dapo(args.model, args.train_files, {"tools": [{"name": "code", "config": {"mode": "pool"}}]},
                    args.workdir, steps=args.steps))

@@ -1,6 +1,7 @@
-"""``afm quickstart``: the recipe in miniature, offline on CPU, with measured gains.
+"""``afm quickstart``: the recipe in miniature, offline on CPU, with measured gains (settings:
+:mod:`afm.quickstart.profile`).
 
-1. the demo world (:mod:`afm.demo.world`): four task families, disjoint train / RL / held-out splits, served by the
+1. the demo world (:mod:`afm.quickstart.world`): four task families, disjoint train / RL / held-out splits, served by the
    real search, crawl and wiki servers and the code sandbox;
 2. multi-agent distillation (``afm data distill`` driving a rule-based teacher model behind the OpenAI API), then
    ``afm data filter`` and ``afm data convert``;
@@ -9,7 +10,7 @@
 5. masked SFT (``afm-sft train``, a real LLaMA-Factory run), evaluated;
 6. RL selection: the SFT policy samples the RL split, ``afm data select`` keeps what it does not always solve;
 7. DAPO through verl's real trainer on the local CPU backend (``experiments/train_dapo_code_agent.sh --local``),
-   evaluated; with ``--teacher-shortcut`` (the teacher-shortcut world of :mod:`afm.demo.world`) the RL set is the
+   evaluated; with ``--teacher-shortcut`` (the teacher-shortcut world of :mod:`afm.quickstart.world`) the RL set is the
    ``lookup`` questions, where the SFT policy copied its teacher's shortcut, and DAPO is meant to fix them;
 8. ``summary.json``, ``report.md`` and ``summary.png``: accuracy per stage and family with CIs, tool calls per task,
    tokens per solved task, paired differences.
@@ -21,53 +22,13 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-
-@dataclass(frozen=True)
-class Profile:
-    """How much of everything one quickstart run does (tasks per family and split, SFT schedule, RL steps)."""
-
-    train_per_family: int = 500
-    rl_per_family: int = 8
-    heldout_per_family: int = 25
-    untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
-    sft_epochs: float = 4.0
-    sft_lr: float = 2e-3
-    sft_batch_size: int = 16
-    student_layers: int = 2  # 2 leave the plateau sooner; 4 learn every family given ~1000+ steps (RESULTS.md)
-    # The student's width and key/value heads. Copying digits from the context is learned last, after a loss plateau
-    # whose length varies from run to run; with 2 key/value heads one world in five never left it in 520 steps and
-    # others left a family at 0-16%; with 4 (one per query head) the same three worlds learned every family
-    # (RESULTS.md, 2026-11-26 afternoon). 256 wide left the plateau sooner but at half the speed a step.
-    student_width: int = 128
-    student_kv_heads: int = 4
-    rl_samples: int = 4  # samples per RL question for the pass-rate selection
-    rl_steps: int = 4  # the default's DAPO shows the stage; the gain needs ~32 steps (RESULTS.md, 2026-11-26)
-    rl_lr: float = 3e-5  # 1e-4 made a family forget in two runs, 3e-5 did not (RESULTS.md, 2026-11-25 night)
-    # prompts per PPO update (MINI_BATCH_SIZE) of the 4 a step samples: 1 = four updates a step; with one update a
-    # step, 32 steps at 3e-5 left the weakest family where it was, with four they raised it +12 (RESULTS.md, 11-26)
-    rl_mini_batch: int = 1
-    # the teacher-shortcut world (afm.demo.world): the teacher answers lookup from stale search snippets, the RL set
-    # is the lookup questions; off by default (it needs 6 SFT epochs, not 4; RESULTS.md, 2026-11-26 night)
-    teacher_shortcut: bool = False
-
-
-DEFAULT = Profile()
-# DAPO's learning rate in the teacher-shortcut world (its RL set: lookup only). From seed 1's SFT policy: 4 steps at
-# 1e-4 took greedy lookup 44% -> 92% (+48 [+28, +72]), arith -8 [-20, 0]; 8 steps at 3e-5 moved p(read the page) at
-# the decision 0.29 -> 0.44, short of the greedy choice (+0); 8 at 1e-4 overshot (arith -24, calc -16) (RESULTS.md)
-SHORTCUT_RL_LR = 1e-4
-# its SFT epochs (702 steps instead of 468): with the shortcut's second route in the data, seed 0 and seed 1 left the
-# loss plateau too late in 4 epochs and learned no lookup copy (4%); 6 epochs on seed 0: 100% on the other families,
-# and DAPO took lookup 4% -> 92% (RESULTS.md, 2026-11-26 night)
-SHORTCUT_SFT_EPOCHS = 6.0
-FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
-               rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with
+from afm.quickstart.profile import DEFAULT, RL_KNOBS, RL_REFILL_CAP, Profile
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -108,13 +69,10 @@ def _fmt(acc: dict[str, float]) -> str:
     return "  ".join(f"{k} {100 * v:.0f}%" for k, v in acc.items())
 
 
-def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, seed: int = 0,
+def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         rl: bool = True) -> dict[str, Any]:
     """Run the miniature recipe in ``workdir``; returns the summary (also written to ``summary.json``)."""
-    from afm.demo.agent_demo import DemoServers
-    from afm.demo.recipe import (
-        ModelSize,
-        SftSchedule,
+    from afm.quickstart.recipe import (
         build_student,
         distill_sft_data,
         evaluate,
@@ -124,9 +82,10 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         train_rl,
         train_sft,
     )
-    from afm.demo.world import SHORTCUT_FAMILY, SHORTCUT_RATE, SHORTCUT_WHY
-    from afm.quickstart_rl import GroupsFiltered
-    from afm.quickstart_summary import rename_families, stage_summary, table, write_report
+    from afm.quickstart.rl import GroupsFiltered
+    from afm.quickstart.servers import DemoServers
+    from afm.quickstart.summary import rename_families, stage_summary, table, write_report
+    from afm.quickstart.world import SHORTCUT_FAMILY, SHORTCUT_RATE, SHORTCUT_WHY
 
     t0 = time.monotonic()
     seconds: dict[str, float] = {}
@@ -149,11 +108,8 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
         data = distilled["data"]
         print(f"      kept {distilled['filter_report'].get('records_out')} SFT samples -> {data}", flush=True)
 
-        size = ModelSize(num_layers=profile.student_layers, num_kv_heads=profile.student_kv_heads,
-                         hidden_size=profile.student_width, intermediate_size=3 * profile.student_width)
-        model = build_student(work / "student", data, size, seed=seed)
-        schedule = SftSchedule(epochs=profile.sft_epochs, batch_size=profile.sft_batch_size,
-                               learning_rate=profile.sft_lr)
+        model = build_student(work / "student", data, profile.student_size(), seed=seed)
+        schedule = profile.sft_schedule()
         sft_yaml = work / "sft.yaml"
         sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed)))
         print("[3/8] observation masking report of the SFT set", flush=True)
@@ -200,8 +156,8 @@ def run(workdir: str | Path = "runs/quickstart", profile: Profile = DEFAULT, see
                   "loop, the same tools)", flush=True)
             t = time.monotonic()
             try:
-                dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps,
-                                knobs={"LR": profile.rl_lr, "MAX_NUM_GEN_BATCHES": rl_refill_cap(),
+                dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps, lr=profile.rl_lr,
+                                knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(),
                                        **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch)})
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
                 rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
@@ -243,21 +199,17 @@ def rl_batch_knobs(kept: int, mini_batch: int) -> dict[str, int]:
     """``TRAIN_BATCH_SIZE`` / ``MINI_BATCH_SIZE`` for the quickstart's DAPO: 4 prompts a step, fewer when selection
     kept fewer questions (verl's dataloader drops an incomplete batch, so 3 rows at batch 4 made an epoch of no
     steps and the trainer divided by zero)."""
-    from afm.demo.recipe import RL_KNOBS
-
     batch = max(1, min(int(RL_KNOBS["TRAIN_BATCH_SIZE"]), kept))
     return {"TRAIN_BATCH_SIZE": batch, "MINI_BATCH_SIZE": max(1, min(mini_batch, batch))}
 
 
 def rl_refill_cap(env: dict[str, str] | None = None) -> str:
-    """``MAX_NUM_GEN_BATCHES`` for the quickstart's DAPO: the environment's, else 30.
-
-    A tiny SFT policy solves most selected questions in all or none of its samples, so a step may need many
-    refills to find 4 groups that carry a gradient; the RL scripts' 10 stopped such runs (RESULTS.md)."""
+    """``MAX_NUM_GEN_BATCHES`` for the quickstart's DAPO: the environment's, else the profile's
+    :data:`~afm.quickstart.profile.RL_REFILL_CAP` (why it is not the RL scripts' default: there)."""
     import os
 
     env = os.environ if env is None else env
-    return str(env.get("MAX_NUM_GEN_BATCHES") or "30")
+    return str(env.get("MAX_NUM_GEN_BATCHES") or RL_REFILL_CAP)
 
 
 def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) -> str:
@@ -289,12 +241,3 @@ def why_no_rl(select_report: dict[str, Any], env: dict[str, str] | None = None) 
         return ""
     return (f"the SFT policy solved each kept RL question in all or none of its samples ({dict(counts)}): DAPO's "
             "group filter would drop every group (set FILTER_GROUPS=false to train on them anyway)")
-
-
-def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
-    """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's)."""
-    base = FULL if full else DEFAULT
-    if overrides.get("teacher_shortcut"):  # the world's own DAPO lr and SFT epochs, unless flags say otherwise
-        base = replace(base, teacher_shortcut=True, rl_lr=SHORTCUT_RL_LR,
-                       sft_epochs=base.sft_epochs if full else SHORTCUT_SFT_EPOCHS)
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None})

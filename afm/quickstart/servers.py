@@ -1,5 +1,5 @@
 """The demo's tool servers as real processes on 127.0.0.1: the demo web site and the search, crawl and wiki servers
-over the demo corpora or a demo world (:mod:`afm.demo.world`); used by the quickstart, the recipe and the tests."""
+over the demo corpora or a demo world (:mod:`afm.quickstart.world`); used by the quickstart, the recipe and the tests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ class DemoServers:
     """The demo web site and the search, crawl and wiki servers over the demo corpora, as real processes."""
 
     def __init__(self, workdir: str | Path, world: Any = None, site_port: int | None = None) -> None:
-        """``world``: an :class:`afm.demo.world.World` whose towns, people and pages the servers hold instead of
+        """``world``: an :class:`afm.quickstart.world.World` whose towns, people and pages the servers hold instead of
         the fixed demo corpora (the demo site serves both). ``site_port``: serve the site there, e.g. the port in
         the page URLs a student was trained on (it learns the site's address), to evaluate it again later."""
         from afm.servers.demo_data import DemoCorpora, write_demo_corpora

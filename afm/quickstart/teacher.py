@@ -2,13 +2,13 @@
 
 ``afm data distill`` drives its multi-agent teacher (planner, tool agents, reflector, answerer, verifier; see
 :mod:`afm.data.teacher.roles`) against an OpenAI-compatible endpoint. On a laptop there is no LLM to put there, so
-this module serves one that knows how to solve :mod:`afm.demo.world`: it reads the role from the system prompt,
+this module serves one that knows how to solve :mod:`afm.quickstart.world`: it reads the role from the system prompt,
 the question, the current step and the work so far from the user message, and answers in the role's fields.
 It reads facts only from the observations it is shown (never from the world's answer key), so its trajectories are
 the tools' evidence, and it makes the mistakes a student makes — with probability ``mistake_rate`` the code agent
 copies an operand wrongly, and with ``miss_rate`` the verifier accepts a wrong answer — so that the verifier's
 re-plans give self-corrected runs to upsample, and the SFT quality filter has wrong runs to drop. With
-``shortcut_rate`` (0 unless asked: the teacher-shortcut world of :mod:`afm.demo.world`) it answers a ``lookup``
+``shortcut_rate`` (0 unless asked: the teacher-shortcut world of :mod:`afm.quickstart.world`) it answers a ``lookup``
 question from the search snippet's census figure without reading the page (the shortcut RL removes). Mistakes and
 shortcuts are drawn from a hash of (seed, question, attempt), so a rerun writes the same trajectories.
 
@@ -25,7 +25,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from afm.demo.world import YEAR, slug
+from afm.quickstart.profile import TEACHER_MISS_RATE, TEACHER_MISTAKE_RATE
+from afm.quickstart.world import YEAR, slug
 
 _Q = re.compile(r"^Question: (.*)$", re.MULTILINE)
 _STEP = re.compile(r"Current step \((\w+)\): (.*)")
@@ -49,8 +50,8 @@ def _observations(history: str) -> list[str]:
 class Solver:
     """The role replies for one world (stateless: everything comes from the request)."""
 
-    def __init__(self, seed: int = 0, mistake_rate: float = 0.15, miss_rate: float = 0.3,
-                 shortcut_rate: float = 0.0) -> None:
+    def __init__(self, seed: int = 0, mistake_rate: float = TEACHER_MISTAKE_RATE,
+                 miss_rate: float = TEACHER_MISS_RATE, shortcut_rate: float = 0.0) -> None:
         self.seed, self.mistake_rate, self.miss_rate = seed, mistake_rate, miss_rate
         self.shortcut_rate = shortcut_rate
 
@@ -137,7 +138,7 @@ class Solver:
             if self._find(history, rf"/{re.escape(slug(town))}\.html"):
                 plan, steps = f"1. Read the page of {town}. 2. Answer.", steps[1:]
             elif not replan and _chance(self.seed, question, "shortcut") < self.shortcut_rate:
-                # the hurried teacher (afm.demo.world, "The shortcut RL removes"): it takes the snippet's figure and
+                # the hurried teacher (afm.quickstart.world, "The shortcut RL removes"): it takes the snippet's figure and
                 # confirms it with a second search, which shows the same count, instead of reading the page
                 think = f"{town}: I need its population; the search result gives it."
                 plan = f"1. Search for {town}. 2. Search again to confirm the figure. 3. Answer with it."
@@ -287,8 +288,8 @@ class _Handler(BaseHTTPRequestHandler):
 class TeacherModel:
     """The rule-based teacher served on 127.0.0.1 in a background thread (``base_url`` ends in ``/v1``)."""
 
-    def __init__(self, seed: int = 0, mistake_rate: float = 0.15, miss_rate: float = 0.3,
-                 shortcut_rate: float = 0.0) -> None:
+    def __init__(self, seed: int = 0, mistake_rate: float = TEACHER_MISTAKE_RATE,
+                 miss_rate: float = TEACHER_MISS_RATE, shortcut_rate: float = 0.0) -> None:
         handler = type("Handler", (_Handler,), {"solver": Solver(seed, mistake_rate, miss_rate, shortcut_rate)})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True

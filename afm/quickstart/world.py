@@ -48,7 +48,7 @@ falls short. Not the default yet: with the shortcut's second route in the data t
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
-only come from the tools. The world's documents are served by the demo servers (:class:`afm.demo.agent_demo.
+only come from the tools. The world's documents are served by the demo servers (:class:`afm.quickstart.servers.
 DemoServers` with ``world=``): town pages on the demo site, town and person passages in the wiki corpus, town
 entries (without figures) in the search corpus.
 """
@@ -81,12 +81,12 @@ SHORTCUT_WHY = ("the teacher answers lookup questions from the search snippet's 
 COUNTRIES = ("Keldria", "Ostmark", "Varelia", "Doruna", "Tessin", "Arvola", "Brenmoor", "Caldera", "Elmaro",
              "Fennick", "Gorvath", "Halvene")
 PROMPT = Prompt(
-    key="afm.demo.world:PROMPT", version="2026-11-24.1",  # the key resolves to this object (module:attr)
+    key="afm.quickstart.world:PROMPT", version="2026-11-24.1",  # the key resolves to this object (module:attr)
     text=("Solve it with the tools web_search, crawl_page, wiki_search and code; think, plan, call tools, "
           "suggest an answer, double check it, then answer."),
     tools=("web_search", "crawl_page", "wiki_search", "code"),
     answer_format="<answer>short answer</answer>",
-    description="the quickstart's demo world (afm.demo.world)",
+    description="the quickstart's demo world (afm.quickstart.world)",
     tags=("think", "plan", "web_search", "crawl_page", "wiki_search", "code", "observation", "reflection",
           "suggested_answer", "double_check", "answer"))
 
@@ -132,7 +132,7 @@ class Task:
         return {"id": self.id, "question": self.question, "answer": [self.answer], "golden_answers": [self.answer],
                 "family": self.family, "task": "math" if self.family == "arith" else "qa",
                 "data_source": DATA_SOURCE, "tools": list(PROMPT.tools),
-                "prompt_key": "afm.demo.world:PROMPT"}
+                "prompt_key": "afm.quickstart.world:PROMPT"}
 
 
 @dataclass

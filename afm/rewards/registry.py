@@ -195,7 +195,7 @@ def load_registry_yaml(path: str | os.PathLike) -> list[str]:
 def _register_builtins() -> None:
     qa_sources = {"nq": ("natural_questions",), "triviaqa": ("tq",), "popqa": (), "hotpotqa": (),
                   "2wikimultihopqa": ("2wiki",), "musique": (), "bamboogle": (),
-                  "afm_demo": ()}  # the quickstart's demo world (afm.demo.world): short exact answers
+                  "afm_demo": ()}  # the quickstart's demo world (afm.quickstart.world): short exact answers
     for name, aliases in qa_sources.items():
         register_scorer(name, qa.score, kind="qa", aliases=aliases)
     math_sources = {"aime24": (), "aime25": (), "MATH500": (), "MATH": ("hendrycks_math",), "amc23": (),

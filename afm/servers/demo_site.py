@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=port, required=port is None,
                    help="port (default $AFM_DEMO_SITE_PORT, else environment.sh's default for it)")
     p.add_argument("--documents", default=None,
-                   help="JSON list of extra pages {slug, title, paragraphs} to serve (e.g. afm.demo.world's towns)")
+                   help="JSON list of extra pages {slug, title, paragraphs} to serve (e.g. afm.quickstart.world's towns)")
     args = p.parse_args(argv)
     if args.documents:
         add_documents(json.loads(Path(args.documents).read_text(encoding="utf-8")))

@@ -1,0 +1,111 @@
+"""The one source of the quickstart's settings: how much each run does (:class:`Profile`, ``DEFAULT``, ``FULL``, the
+teacher-shortcut world's own values), the student's fixed shape, the teacher's noise and DAPO's script knobs.
+
+Every other place of the quickstart (the CLI's flags and their help, the recipe's functions, ``python -m
+afm.quickstart.recipe`` and ``python -m afm.quickstart.rl``) takes its value from here or has none of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from afm.eval.benchmark_specs import WORLD_SAMPLING
+from afm.model.tiny import ModelSize
+
+# The student's vocabulary and query heads (its layers, width and key/value heads are Profile fields). Two layers by
+# default: copying the question's digits into the program (an induction-style attention pattern) is what the student
+# learns last, and the 2-layer model leaves the loss plateau before it (loss 0.44 at step 185 where the 4-layer one
+# is still at 0.52) at 1.35x the steps per second. Given ~1000+ steps (--full), four layers (128 wide, 2 key/value
+# heads) learn every family of the numbered world: SFT macro 99.6% (benchmarks/RESULTS.md, 2026-11-25 night). A
+# key/value head per query head (4, not Qwen's grouped 2): on the three worlds where the 2-key/value student stalled
+# or left a family at 0-16% (SFT macro 0%, 75%, 79%) it learned every family (100%, 96%, 99%) in the same 520 steps
+# (RESULTS.md, 2026-11-26 afternoon).
+STUDENT_VOCAB = 1024
+STUDENT_HEADS = 4
+
+# The rule-based teacher's noise: the code agent copies an operand wrongly, the verifier accepts a wrong answer.
+TEACHER_MISTAKE_RATE = 0.15
+TEACHER_MISS_RATE = 0.3
+
+
+@dataclass(frozen=True)
+class SftSchedule:
+    """The masked SFT run (LLaMA-Factory); epochs, batch size and learning rate come from a :class:`Profile`."""
+
+    epochs: float
+    batch_size: int
+    learning_rate: float
+    cutoff_len: int = 768
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How much of everything one quickstart run does (tasks per family and split, SFT schedule, RL steps)."""
+
+    train_per_family: int = 500
+    rl_per_family: int = 8
+    heldout_per_family: int = 25
+    untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
+    sft_epochs: float = 4.0
+    sft_lr: float = 2e-3
+    sft_batch_size: int = 16
+    student_layers: int = 2  # 2 leave the plateau sooner; 4 learn every family given ~1000+ steps (RESULTS.md)
+    # The student's width and key/value heads. Copying digits from the context is learned last, after a loss plateau
+    # whose length varies from run to run; with 2 key/value heads one world in five never left it in 520 steps and
+    # others left a family at 0-16%; with 4 (one per query head) the same three worlds learned every family
+    # (RESULTS.md, 2026-11-26 afternoon). 256 wide left the plateau sooner but at half the speed a step.
+    student_width: int = 128  # hidden size; the feed-forward is 3x it (student_size)
+    student_kv_heads: int = 4  # of STUDENT_HEADS query heads
+    rl_samples: int = 4  # samples per RL question for the pass-rate selection
+    rl_steps: int = 4  # the default's DAPO shows the stage; the gain needs ~32 steps (RESULTS.md, 2026-11-26)
+    rl_lr: float = 3e-5  # 1e-4 made a family forget in two runs, 3e-5 did not (RESULTS.md, 2026-11-25 night)
+    # prompts per PPO update (MINI_BATCH_SIZE) of the 4 a step samples: 1 = four updates a step; with one update a
+    # step, 32 steps at 3e-5 left the weakest family where it was, with four they raised it +12 (RESULTS.md, 11-26)
+    rl_mini_batch: int = 1
+    # the teacher-shortcut world (afm.quickstart.world): the teacher answers lookup from stale search snippets, the RL
+    # set is the lookup questions; off by default (it needs 6 SFT epochs, not 4; RESULTS.md, 2026-11-26 night)
+    teacher_shortcut: bool = False
+
+    def student_size(self) -> ModelSize:
+        """The tiny student's shape: Qwen2 with this profile's layers, width and key/value heads."""
+        return ModelSize(vocab_size=STUDENT_VOCAB, hidden_size=self.student_width,
+                         intermediate_size=3 * self.student_width, num_layers=self.student_layers,
+                         num_heads=STUDENT_HEADS, num_kv_heads=self.student_kv_heads)
+
+    def sft_schedule(self) -> SftSchedule:
+        """The masked SFT run's schedule (epochs, batch size, learning rate)."""
+        return SftSchedule(epochs=self.sft_epochs, batch_size=self.sft_batch_size, learning_rate=self.sft_lr)
+
+
+DEFAULT = Profile()
+# DAPO's learning rate in the teacher-shortcut world (its RL set: lookup only). From seed 1's SFT policy: 4 steps at
+# 1e-4 took greedy lookup 44% -> 92% (+48 [+28, +72]), arith -8 [-20, 0]; 8 steps at 3e-5 moved p(read the page) at
+# the decision 0.29 -> 0.44, short of the greedy choice (+0); 8 at 1e-4 overshot (arith -24, calc -16) (RESULTS.md)
+SHORTCUT_RL_LR = 1e-4
+# its SFT epochs (702 steps instead of 468): with the shortcut's second route in the data, seed 0 and seed 1 left the
+# loss plateau too late in 4 epochs and learned no lookup copy (4%); 6 epochs on seed 0: 100% on the other families,
+# and DAPO took lookup 4% -> 92% (RESULTS.md, 2026-11-26 night)
+SHORTCUT_SFT_EPOCHS = 6.0
+FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
+               rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with
+
+
+# DAPO on CPU for the world: 4 prompts x 4 rollouts a step, with the eval's turn and token limits (world_* specs);
+# the learning rate is the profile's (rl_lr)
+RL_KNOBS = {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4, "ROLLOUT_N": 4, "MAX_PROMPT_LENGTH": 192,
+            "MAX_RESPONSE_LENGTH": WORLD_SAMPLING["max_response_tokens"], "MAX_TURNS": WORLD_SAMPLING["max_turns"],
+            "MAX_OBS_CHARS": 1024, "TEMPERATURE": 1.0}
+# MAX_NUM_GEN_BATCHES of the quickstart's DAPO, unless the environment sets it. A tiny SFT policy solves most selected
+# questions in all or none of its samples, so a step may need many refills to find 4 groups that carry a gradient;
+# the RL scripts' own default (afm.launch.rl) stopped such runs (RESULTS.md)
+RL_REFILL_CAP = 30
+
+
+def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
+    """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's)."""
+    base = FULL if full else DEFAULT
+    if overrides.get("teacher_shortcut"):  # the world's own DAPO lr and SFT epochs, unless flags say otherwise
+        base = replace(base, teacher_shortcut=True, rl_lr=SHORTCUT_RL_LR,
+                       sft_epochs=base.sft_epochs if full else SHORTCUT_SFT_EPOCHS)
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})
