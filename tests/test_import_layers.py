@@ -185,3 +185,9 @@ def test_product_code_imports_no_stand_in():
            for dst, files in sorted(deps.items())
            if dst in OUTSIDE_PRODUCT and dst not in IMPORTS_OUTSIDE.get(src, set())]
     assert not bad, "product code importing the stand-ins or the quickstart:\n" + "\n".join(bad)
+
+
+if __name__ == "__main__":  # `python tests/test_import_layers.py`: the size of the map (issue 29 counts rooms/arrows)
+    edges = import_graph()
+    rooms = {_module(p) for p in PKG.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} - {"__init__"}
+    print(f"{len(rooms)} top-level modules (rooms), {sum(len(d) for d in edges.values())} import edges (arrows)")
