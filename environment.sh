@@ -8,8 +8,8 @@
 # Keys are empty here: fill them in your own shell or a private copy of this file, never in a commit.
 # Nothing in this file prints a value.
 #
-# Training knobs of the SFT/DPO scripts (MODEL_PATH, LEARNING_RATE, NNODES, ...) are per run, not global: they are
-# listed in sft_scripts/common.sh and printed by `bash sft_scripts/web_agent/sft_qwen2.5_7b.sh --help`.
+# Training knobs of the SFT/DPO and RL scripts (MODEL_PATH, LEARNING_RATE, NNODES, ...) are per run, not global: they
+# are declared in afm/launch/ (docs/sft_knobs.md, docs/rl_knobs.md) and printed by `bash <script> --help`.
 
 if ! (return 0 2> /dev/null); then
   echo "environment.sh sets variables in the calling shell: run 'source environment.sh', not 'bash environment.sh'" >&2

@@ -51,7 +51,6 @@ PROMPT="${PROMPT:-$PROMPT_DEFAULT}"
 OUTPUT=$(afm_abs "${OUTPUT:-$ROOT/data/rl/${NAME}_${MODE}_selected.parquet}")
 SAMPLES=$(afm_abs "${SAMPLES:-$ROOT/runs/select/${NAME}_${MODE}_n${N_SAMPLES}.jsonl}")
 BACKEND="${BACKEND:-openai}"
-BASE_URL="${BASE_URL:-http://127.0.0.1:10000/v1}"
 TEMPERATURE="${TEMPERATURE:-1.0}"
 TOP_P="${TOP_P:-0.9}"
 TOP_K="${TOP_K:-20}"
@@ -81,11 +80,13 @@ if [[ "${SKIP_INFER:-0}" != "1" ]]; then
   TOKENIZER=$(afm_eval_tokenizer)  # the rule of inference/inference.sh (evaluation/tokenizer.sh)
   [[ $DRY_RUN == true ]] || mkdir -p "$(dirname "$SAMPLES")"
   infer=("$PYTHON" -m afm.cli infer --input "$QUESTIONS" --output "$SAMPLES" --backend "$BACKEND" --model "$MODEL"
-         --base-url "$BASE_URL" --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
+         --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
          --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --concurrency "$CONCURRENCY"
          --q-key "$Q_KEY" --answer-key "$ANSWER_KEY" --id-key "$ID_KEY")
   # the rollout limits only when set: afm infer's defaults are AgentConfig's (one place)
   afm_limit_flags infer
+  # BASE_URL only when set: its default is afm infer's (--base-url), written once.
+  [[ -n ${BASE_URL:-} ]] && infer+=(--base-url "$BASE_URL")
   [[ -n "${TOOLS:-}" ]] && infer+=(--tools "$TOOLS")
   [[ -n "${TOOLS_CONFIG:-}" ]] && infer+=(--tools-config "$TOOLS_CONFIG")
   [[ -n "$SEED" ]] && infer+=(--seed "$SEED")

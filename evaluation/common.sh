@@ -6,7 +6,7 @@
 #                                           rerun the same command to resume
 #   BENCHMARKS            script            comma-separated benchmark names
 #   BACKEND               openai            openai | hf
-#   BASE_URL              http://127.0.0.1:10000/v1
+#   BASE_URL              afm's            the server's OpenAI API; unset: --base-url's default (afm eval run --help)
 #   ENGINE                auto              the server's engine, as serve_model.sh's ENGINE: vllm, llamacpp, sglang,
 #                                           openai (any other); auto asks the server (evaluation/engine.sh)
 #   TOKENIZER             see below         the served model's tokenizer (token budgets are counted with it)
@@ -31,22 +31,28 @@ source "$ROOT/evaluation/tokenizer.sh"
 # shellcheck source=engine.sh
 source "$ROOT/evaluation/engine.sh"
 
-# afm_eval_help SCRIPT ARGS...: --help prints the script's own header, then the knobs above.
+# afm_eval_help SCRIPT ARGS...: --help prints the script's own header, its values (RUN_DIR, BENCHMARKS, N_SAMPLES as
+# the script set them: each written once, in the script), then the knobs above.
 afm_eval_help() {
   local script=$1
   shift
   if afm_asks_help "$@"; then
     afm_print_header "$script"
     echo
+    echo "This script's values (set a variable to change one):"
+    printf '  %-21s %s\n' RUN_DIR "$RUN_DIR" BENCHMARKS "$BENCHMARKS" N_SAMPLES "${N_SAMPLES:-(afm eval run default)}"
+    echo
     afm_print_header "${BASH_SOURCE[0]}"
     exit 0
   fi
 }
 
-# run_eval BENCHMARKS [afm eval run flags ...]
+# run_eval BENCHMARKS [afm eval run flags ...]: --help prints the calling script's help (afm_eval_help), else the
+# command runs (or is printed: DRY_RUN).
 run_eval() {
   local benchmarks="$1"
   shift
+  afm_eval_help "${BASH_SOURCE[1]}" "$@"
   afm_take_dry_run "$@"
   set -- "${AFM_ARGS[@]}"
   [[ -n ${MODEL:-} ]] || afm_die "set MODEL (served model name; BACKEND=hf: a model folder); --help lists the knobs"
@@ -59,9 +65,11 @@ run_eval() {
   engine=$(afm_engine_arg)
   run_dir=$(afm_abs "$RUN_DIR")
   local cmd=("$python" -m afm.cli eval run --benchmarks "$benchmarks" --run-dir "$run_dir"
-    --backend "${BACKEND:-openai}" --model "$MODEL" --base-url "${BASE_URL:-http://127.0.0.1:10000/v1}"
+    --backend "${BACKEND:-openai}" --model "$MODEL"
     --tokenizer "$tokenizer" --concurrency "${CONCURRENCY:-64}"
     --max-model-len "${MAX_MODEL_LEN:-32768}")
+  # BASE_URL only when set: its default is afm's (--base-url), written once.
+  [[ -n ${BASE_URL:-} ]] && cmd+=(--base-url "$BASE_URL")
   [[ -n $engine ]] && cmd+=(--engine "$engine")
   [[ -n "${N_SAMPLES:-}" ]] && cmd+=(--n "$N_SAMPLES")
   [[ -n "${TEMPERATURE:-}" ]] && cmd+=(--temperature "$TEMPERATURE")

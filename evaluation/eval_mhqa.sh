@@ -6,7 +6,6 @@
 #   bash evaluation/eval_mhqa.sh --help     # every knob; DRY_RUN=1 prints the command only
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-afm_eval_help "${BASH_SOURCE[0]}" "$@"
 RUN_DIR="${RUN_DIR:-$ROOT/runs/eval/mhqa}"
 BENCHMARKS="${BENCHMARKS:-nq,triviaqa,popqa,hotpotqa,2wikimultihopqa,musique,bamboogle}"
 run_eval "$BENCHMARKS" "$@"

@@ -28,7 +28,7 @@
 # without it, `ray stop`: every Ray node of this machine, another user's or job's included.
 #
 # Each node is labelled with its afm and verl versions (Ray node labels afm_version, verl_version); with NNODES > 1
-# the training script waits up to JOIN_TIMEOUT seconds (300) for NNODES nodes and stops with one line naming a
+# the training script waits up to JOIN_TIMEOUT seconds (its --help) for NNODES nodes and stops with one line naming a
 # node that is missing or runs other versions. Ray >= 2.52 turns token authentication on when ~/.ray/auth_token
 # exists: copy that file (or set RAY_AUTH_TOKEN) to every node; a worker that finds a token uses it, as the head.
 # Every node needs the same repo path, environment (.venv-rl with verl and the rollout engine), model and data

@@ -12,7 +12,7 @@
 #   OUTPUT                <repo>/runs/infer/<INPUT name>.jsonl   trajectories (append-only; a rerun resumes)
 #   BACKEND               openai            openai (an OpenAI-compatible server) | hf (MODEL is a folder, run here)
 #   MODEL                 (required)        served model name (BACKEND=openai) or model folder (BACKEND=hf)
-#   BASE_URL              http://127.0.0.1:10000/v1
+#   BASE_URL              afm infer's      the server's OpenAI API; unset: --base-url's default (afm infer --help)
 #   ENGINE                auto              the server's engine, as serve_model.sh's ENGINE: vllm, llamacpp, sglang,
 #                                           openai (any other); auto asks the server (evaluation/engine.sh)
 #   TOKENIZER             see below         tokenizer folder or hub id (token budgets are counted with it)
@@ -62,7 +62,6 @@ INPUT=$(afm_abs "$INPUT")
 OUTPUT=$(afm_abs "${OUTPUT:-$ROOT/runs/infer/$(basename "${INPUT%.*}").jsonl}")
 BACKEND="${BACKEND:-openai}"
 [[ $BACKEND == hf && -e $MODEL ]] && MODEL=$(afm_abs "$MODEL")
-BASE_URL="${BASE_URL:-http://127.0.0.1:10000/v1}"
 TOKENIZER=$(afm_eval_tokenizer)
 ENGINE_ARG=$(afm_engine_arg)
 PROMPT="${PROMPT:-web_agent}"
@@ -80,11 +79,13 @@ ANSWER_KEY="${ANSWER_KEY:-answer}"
 PYTHON=$(afm_python "$ROOT")
 
 cmd=("$PYTHON" -m afm.cli infer --input "$INPUT" --output "$OUTPUT" --backend "$BACKEND" --model "$MODEL"
-     --base-url "$BASE_URL" --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
+     --tokenizer "$TOKENIZER" --prompt "$PROMPT" --n "$N_SAMPLES"
      --temperature "$TEMPERATURE" --top-p "$TOP_P" --top-k "$TOP_K" --concurrency "$CONCURRENCY" --q-key "$Q_KEY"
      --answer-key "$ANSWER_KEY")
 # The rollout limits only when set: their defaults live in one place (AgentConfig).
 afm_limit_flags cmd
+# BASE_URL only when set: its default is afm's (--base-url), written once.
+[[ -n ${BASE_URL:-} ]] && cmd+=(--base-url "$BASE_URL")
 [[ -n "$ENGINE_ARG" ]] && cmd+=(--engine "$ENGINE_ARG")
 [[ -n "$TOOLS" ]] && cmd+=(--tools "$TOOLS")
 [[ -n "$TOOLS_CONFIG" ]] && cmd+=(--tools-config "$TOOLS_CONFIG")

@@ -27,10 +27,20 @@ def declared_defaults() -> dict[str, str]:
     return {k.env: f.default for f, k in knobs(SftSettings) if isinstance(f.default, str) and f.default}
 
 
+def restated_in_prose(line: str, name: str, value: str) -> bool:
+    """Whether a comment line restates ``value`` as the default of knob ``name`` in prose: ``ROLLOUT_N (8)``,
+    ``$KL_COEF (0.001)``, ``JOIN_TIMEOUT seconds (300)``, ``$CLIP_RATIO_C (web: 10.0, else 3.0)``, ``N_SAMPLES,
+    default 16``, ``REWARD_MANAGER defaults to naive``: a header that should point at --help and docs/*_knobs.md."""
+    v = re.escape(value) + r"(?![\w.])"
+    return bool(re.search(rf"\b{name}\b(?:[^().;]{{0,30}}\([^()]*(?<![\w.]){v}[^()]*\)|,?\s+default:?\s+{v}"
+                          rf"|\s+defaults\s+to\s+{v})", line))
+
+
 def second_literals(root: Path) -> list[str]:
     """Every place under ``root`` where a knob and its declared default are written together, beyond the one
     declaration: in Python a call or dict holding both (``knob("EPOCHS", "4.0")``, ``env.get("EPOCHS", "4.0")``),
-    in the shell scripts ``EPOCHS=4.0`` / ``${EPOCHS:-4.0}`` or a table row ``#  EPOCHS  4.0``. A script's own
+    in the shell scripts ``EPOCHS=4.0`` / ``${EPOCHS:-4.0}``, a table row ``#  EPOCHS  4.0`` or a header's prose
+    (:func:`restated_in_prose`). A script's own
     values (its AFM_SCRIPT_DEFAULTS list, the original's recipe) are that script's facts, not afm's default."""
     defaults = declared_defaults()
     found = []
@@ -54,7 +64,8 @@ def second_literals(root: Path) -> list[str]:
                 continue  # a script's own values, or a usage example (what a user types)
             for name, default in defaults.items():
                 value = re.escape(default) + r"(?![\w.])"
-                if re.search(rf"\b{name}(=|:-|:=)[\"']?{value}|^#\s+{name}\s+(script \()?{value}", line):
+                if (re.search(rf"\b{name}(=|:-|:=)[\"']?{value}|^#\s+{name}\s+(script \()?{value}", line)
+                        or (line.startswith("#") and restated_in_prose(line, name, default))):
                     found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     declarations = [f for f in found if f.startswith("afm/launch/sft.py:")]
     # The declaration itself is the one allowed per knob.
@@ -171,7 +182,8 @@ def rl_declared() -> dict[str, set[str]]:
 def rl_second_literals(root: Path) -> list[str]:
     """Every place under ``root`` where an RL knob is written with one of its declared values outside the one
     declaration in afm/launch/rl.py: in Python a call holding both (``k.get("LR", "1e-6")``) or a dict entry
-    (``{"TP": "8"}``), in the RL shell files ``TP=8`` / ``${TP:=8}`` / ``${TP:-8}`` or a table row ``#   TP   8``.
+    (``{"TP": "8"}``), in the RL shell files ``TP=8`` / ``${TP:=8}`` / ``${TP:-8}``, a table row ``#   TP   8`` or a
+    header's prose (:func:`restated_in_prose`: ``ROLLOUT_N (default 8)``).
     A usage example (a comment line that runs ``bash ...`` or continues one) is what a user types, not a default;
     the SFT settings' own declarations (``knob()`` in afm/launch/sft.py) are another recipe's."""
     declared = rl_declared()
@@ -202,7 +214,8 @@ def rl_second_literals(root: Path) -> list[str]:
                 for value in values:
                     value_re = re.escape(value) + r"(?![\w.])"
                     if (re.search(rf"\b{name}(:-|:=)[\"']?{value_re}|^#\s+{name}\s+{value_re}", line)
-                            or (listed and re.search(rf"\b{name}=[\"']?{value_re}", line))):
+                            or (listed and re.search(rf"\b{name}=[\"']?{value_re}", line))
+                            or (line.startswith("#") and restated_in_prose(line, name, value))):
                         found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     return found
 
@@ -219,10 +232,28 @@ def test_the_rl_scan_finds_a_second_literal(tmp_path):
     (tmp_path / "experiments/common.sh").write_text(': "${ROLLOUT_N:=8}" "${TP:=8}"\n#   LR        1e-6\n',
                                                     encoding="utf-8")
     (tmp_path / "afm/rl/knobs.py").write_text('lr = k.get("LR", "1e-6")\nx = {"MAX_TURNS": "25"}\n', encoding="utf-8")
+    # header prose as configs/verl/ppo.sh and experiments/ray_cluster.sh held it; a pointer is no copy
+    (tmp_path / "configs/verl/ppo.sh").write_text("#   critic.optim.lr=$CRITIC_LR (1e-5), warmup\n"
+                                                  "# waits JOIN_TIMEOUT seconds (300) for the nodes\n"
+                                                  "# GPUS_PER_NODE (the RL scripts' default)\n", encoding="utf-8")
     found = rl_second_literals(tmp_path)
     assert [line.split(": ", 1)[0] for line in found] == ["afm/rl/knobs.py:1", "afm/rl/knobs.py:2",
                                                           "experiments/common.sh:1", "experiments/common.sh:1",
-                                                          "experiments/common.sh:2"]
+                                                          "experiments/common.sh:2", "configs/verl/ppo.sh:1",
+                                                          "configs/verl/ppo.sh:2"]
+
+
+@pytest.mark.parametrize(("line", "name", "value", "restated"), [
+    ("# the RL group: ROLLOUT_N (default 8)", "ROLLOUT_N", "8", True),
+    ("# sampled avg@16 (N_SAMPLES, default 16)", "N_SAMPLES", "16", True),
+    ("#   dual clip  actor.clip_ratio_c=$CLIP_RATIO_C (web: 10.0, else 3.0)", "CLIP_RATIO_C", "3.0", True),
+    ("#   reward  REWARD_MANAGER defaults to naive (no shaping)", "REWARD_MANAGER", "naive", True),
+    ("# ROLLOUT_N (default 16)", "ROLLOUT_N", "1", False),  # another number
+    ("# TP (tensor parallel); 8 GPUs", "TP", "8", False),  # the value outside the knob's parentheses
+    ("# LEARNING_RATE (see --help; docs/sft_knobs.md)", "LEARNING_RATE", "1e-5", False),
+])
+def test_header_prose_that_restates_a_default_is_found(line, name, value, restated):
+    assert restated_in_prose(line, name, value) is restated
 
 
 def test_rl_help_lists_every_knob_with_the_scripts_values():

@@ -265,6 +265,22 @@ def test_the_answer_column_knob_is_answer_key_everywhere(script, tmp_path):
         assert "--a-key gold" in both.stdout and "A_KEY=old is ignored" in both.stderr
 
 
+def test_the_inference_base_url_default_is_afms(tmp_path):
+    """BASE_URL reaches afm infer / afm eval run as --base-url when set; unset, no flag is passed and the default is
+    the one of --base-url (afm/agent/infer.py), written nowhere else in the scripts."""
+    base = {"MODEL": "m", "TOKENIZER": "t", "INPUT": "q.jsonl", "MODE": "web", "QUESTIONS": "q.jsonl", "DRY_RUN": "1"}
+    for script in ("evaluation/eval_code_agent.sh", "inference/inference.sh", "data/select_rl.sh"):
+        for url in ("", "http://10.0.0.2:8001/v1"):
+            proc = _run(script, cwd=tmp_path, **base, **({"BASE_URL": url} if url else {}))
+            assert proc.returncode == 0, proc.stderr
+            command = next(line for line in proc.stdout.splitlines() if " afm.cli infer " in line
+                           or " afm.cli eval run " in line)
+            assert _printed_flags(command).get("base-url") == (url or None), (script, command)
+        code = [line for line in (REPO / script).read_text().splitlines() if not line.lstrip().startswith("#")]
+        assert not [line for line in code + (REPO / "evaluation/common.sh").read_text().splitlines()
+                    if "127.0.0.1:10000" in line and not line.lstrip().startswith("#")]
+
+
 def test_engine_knob_reaches_eval_and_inference(tmp_path):
     """ENGINE, as serve_model.sh names the engine, becomes --engine of afm eval run / afm infer (BACKEND=openai);
     unset it is left to afm's auto; an unknown engine stops with one line."""

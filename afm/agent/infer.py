@@ -190,7 +190,8 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``afm infer`` and ``afm eval run``: model backend, tools config, limits, concurrency."""
     p.add_argument("--backend", choices=["openai", "hf"], default="openai")
     p.add_argument("--model", required=True, help="served model name (openai) or model folder (hf)")
-    p.add_argument("--base-url", default="http://127.0.0.1:10000/v1")
+    p.add_argument("--base-url", default="http://127.0.0.1:10000/v1",
+                   help="the server's OpenAI API, as evaluation/serve_model.sh serves it (default: %(default)s)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="the server's completion dialect (afm.agent.engines): vllm, sglang, llamacpp (llama-server's "
                         "native /completion), openai (any other; ids retokenized when it returns none); auto asks "

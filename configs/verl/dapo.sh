@@ -5,9 +5,9 @@
 #
 #   piece                     override(s)                                                   why
 #   group baseline            algorithm.adv_estimator=grpo (rollout.n > 1)                  no critic
-#   clip-higher               actor.clip_ratio_low=0.2  actor.clip_ratio_high=0.28          keeps entropy up
-#   dual clip                 actor.clip_ratio_c=$CLIP_RATIO_C (web: 10.0, else 3.0)        bounds negative-adv ratio
-#   token-level loss          actor.loss_agg_mode=token-mean                                long responses count per token
+#   clip-higher               actor.clip_ratio_low/high=$CLIP_RATIO_LOW/$CLIP_RATIO_HIGH    keeps entropy up
+#   dual clip                 actor.clip_ratio_c=$CLIP_RATIO_C (per task)                   bounds negative-adv ratio
+#   token-level loss          actor.loss_agg_mode=$LOSS_AGG_MODE (token-level by default)   long responses count per token
 #   no KL                     algorithm.use_kl_in_reward=False  actor.use_kl_loss=False     no reference model needed
 #   dynamic sampling          algorithm.filter_groups.{enable,metric,max_inflight_gen_batches}
 #                             (V1 trainer only: trainer.use_v1=true)                        drops all-0 / all-1 groups
@@ -23,5 +23,6 @@
 # max_num_gen_batches x data.train_batch_size groups with an error, as the DAPO paper's trainer did (0 = no cap).
 # max_inflight_gen_batches bounds the prompt batches generating at once while filtered groups are refilled.
 
-# The overrides are built in Python, in the launcher's one process: afm/launch/rl_overrides.py (dapo_overrides), with the
-# knobs' values from RlSettings (no bash round trip). This file stays as the recipe's description.
+# The overrides are built in Python, in the launcher's one process: afm/launch/rl_overrides.py (dapo_overrides), with
+# the knobs' values from RlSettings (no bash round trip). This file stays as the recipe's description; the knobs'
+# values ($CLIP_RATIO_*, $LOSS_AGG_MODE, ... and each task's): docs/rl_knobs.md or `bash experiments/<script> --help`.

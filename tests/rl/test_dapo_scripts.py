@@ -121,11 +121,16 @@ def common_dapo(cfg) -> None:
     assert cfg.trainer.default_local_dir.endswith(f"checkpoints/afm_rl/{cfg.trainer.experiment_name}")
 
 
-def test_web_agent_paper_settings():
-    cfg = composed("web")
+def dapo_task(task: str):
+    """A task script's composed config, validated by verl and holding the DAPO recipe: (config, actor, rollout)."""
+    cfg = composed(task)
     verl_validate(cfg)
     common_dapo(cfg)
-    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    return cfg, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+
+
+def test_web_agent_paper_settings():
+    cfg, a, r = dapo_task("web")
     assert cfg.data.train_batch_size == 64 and r.n == 8
     assert cfg.data.max_prompt_length == 2048 and cfg.data.max_response_length == 30720
     assert r.max_model_len == 32768
@@ -142,10 +147,7 @@ def test_web_agent_paper_settings():
 
 
 def test_code_agent_paper_settings_and_two_stages():
-    cfg = composed("code")
-    verl_validate(cfg)
-    common_dapo(cfg)
-    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    cfg, a, r = dapo_task("code")
     assert cfg.data.train_batch_size == 256 and r.n == 8 and a.ppo_mini_batch_size == 32
     assert cfg.data.max_prompt_length == 4096 and cfg.data.max_response_length == 16384
     assert r.multi_turn.max_assistant_turns == 8 and r.multi_turn.max_user_turns == 8
@@ -163,10 +165,7 @@ def test_code_agent_paper_settings_and_two_stages():
 
 
 def test_mhqa_agent_search_r1_setting():
-    cfg = composed("mhqa")
-    verl_validate(cfg)
-    common_dapo(cfg)
-    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    cfg, a, r = dapo_task("mhqa")
     assert cfg.data.train_batch_size == 512 and r.n == 5 and a.ppo_mini_batch_size == 256
     assert cfg.data.max_response_length == 8192 and r.multi_turn.max_assistant_turns == 8
     assert r.multi_turn.tool_config_path == str(ROOT / "configs/verl/tools/mhqa.yaml")
