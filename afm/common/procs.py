@@ -1,4 +1,5 @@
-"""Start real server processes on 127.0.0.1 and wait until they answer (tests, benchmarks, quickstart)."""
+"""Start real server processes on 127.0.0.1 and wait until they answer (the demo site, tests, benchmarks,
+quickstart)."""
 
 from __future__ import annotations
 
