@@ -98,19 +98,24 @@ def _quickstart_parser(sub: Any) -> None:
     updates = RL_KNOBS["TRAIN_BATCH_SIZE"] // d.rl_mini_batch
     q = sub.add_parser("quickstart", help="the recipe in miniature: distill -> masked SFT -> DAPO -> eval, on CPU")
     q.add_argument("--workdir", default="runs/quickstart")
-    q.add_argument("--full", action="store_true", help=f"{FULL.train_per_family // d.train_per_family}x the train data, a {FULL.student_layers}-layer "
-                   f"student, {FULL.rl_steps} DAPO steps (about 30 min on 2 cores; benchmarks/RESULTS.md)")
+    q.add_argument("--full", action="store_true",
+                   help=f"{FULL.train_per_family // d.train_per_family}x the train data, a {FULL.student_layers}-layer "
+                        f"student, {FULL.rl_steps} DAPO steps (about 30 min on 2 cores; benchmarks/RESULTS.md)")
     q.add_argument("--train-per-family", type=int, default=None, help="distilled train tasks per family")
     q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
     q.add_argument("--sft-epochs", type=float, default=None)
     q.add_argument("--sft-batch-size", type=int, default=None, help=f"SFT batch size (default {d.sft_batch_size})")
     q.add_argument("--sft-lr", type=float, default=None, help=f"SFT learning rate (default {_num(d.sft_lr)})")
-    q.add_argument("--student-layers", type=int, default=None, help=f"layers of the tiny student (default {d.student_layers}, --full {FULL.student_layers})")
-    q.add_argument("--student-width", type=int, default=None, help=f"hidden size of the student (default {d.student_width})")
+    q.add_argument("--student-layers", type=int, default=None,
+                   help=f"layers of the tiny student (default {d.student_layers}, --full {FULL.student_layers})")
+    q.add_argument("--student-width", type=int, default=None,
+                   help=f"hidden size of the student (default {d.student_width})")
     q.add_argument("--student-kv-heads", type=int, default=None,
-                   help=f"key/value heads of the student's {STUDENT_HEADS} attention heads (default {d.student_kv_heads})")
+                   help=f"key/value heads of the student's {STUDENT_HEADS} attention heads "
+                        f"(default {d.student_kv_heads})")
     q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
-    q.add_argument("--rl-per-family", type=int, default=None, help=f"RL-split questions per family (default {d.rl_per_family})")
+    q.add_argument("--rl-per-family", type=int, default=None,
+                   help=f"RL-split questions per family (default {d.rl_per_family})")
     q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")
     q.add_argument("--rl-lr", type=float, default=None, help=f"DAPO learning rate (default {_num(d.rl_lr)})")
     q.add_argument("--rl-mini-batch", type=int, default=None,
@@ -118,9 +123,8 @@ def _quickstart_parser(sub: Any) -> None:
                         f"{d.rl_mini_batch}: {updates} updates a step)")
     q.add_argument("--teacher-shortcut", action="store_true",
                    help="the teacher-shortcut world: the teacher answers lookup questions from stale search snippets, "
-                        f"SFT ({SHORTCUT_SFT_EPOCHS:g} epochs) copies it, DAPO (RL set: lookup, lr {_num(SHORTCUT_RL_LR)}) is meant "
-                        "to remove it "
-                        "(afm.quickstart.world)")
+                        f"SFT ({SHORTCUT_SFT_EPOCHS:g} epochs) copies it, DAPO (RL set: lookup, lr "
+                        f"{_num(SHORTCUT_RL_LR)}) is meant to remove it (afm.quickstart.world)")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
 
