@@ -20,9 +20,9 @@ fi
 # Virtual environment that scripts/install.sh creates and that the SFT scripts fall back to (relative to the repo
 # root; "none" installs into the active python, e.g. a conda env).
 export AFM_VENV="${AFM_VENV:-.venv}"
-# Also read by scripts/install.sh only (set them on its command line): AFM_EXTRAS (extras to install, default
-# sft,dev; others: deepspeed, rl, servers, eval), PYTHON (interpreter that creates the venv, default python3),
-# AFM_CPU_TORCH (torch pin on machines without a GPU).
+# Also read by scripts/install.sh only (set them on its command line; `bash scripts/install.sh --help` lists them
+# with their defaults): AFM_EXTRAS (extras to install), PYTHON (interpreter that creates the venv), AFM_CPU_TORCH
+# (torch pin on machines without a GPU).
 # Command the SFT/DPO scripts run; empty = afm-sft on PATH, else $AFM_VENV/bin/afm-sft.
 export AFM_SFT="${AFM_SFT:-}"
 

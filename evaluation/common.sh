@@ -5,14 +5,14 @@
 #   RUN_DIR               script            results, trajectories and the report (<repo>/runs/eval/<agent>);
 #                                           rerun the same command to resume
 #   BENCHMARKS            script            comma-separated benchmark names
-#   BACKEND               openai            openai | hf
+#   BACKEND               afm's             openai (a server) | hf (a model folder run here)
 #   BASE_URL              afm's            the server's OpenAI API; unset: --base-url's default (afm eval run --help)
 #   ENGINE                auto              the server's engine, as serve_model.sh's ENGINE: vllm, llamacpp, sglang,
 #                                           openai (any other); auto asks the server (evaluation/engine.sh)
 #   TOKENIZER             see below         the served model's tokenizer (token budgets are counted with it)
 #   N_SAMPLES             script            samples per question (avg@k, pass@k)
-#   TEMPERATURE, TOP_P, TOP_K, MAX_TURNS, MAX_RESPONSE_TOKENS, SEED, LIMIT   (afm eval run's defaults)
-#   MAX_MODEL_LEN 32768  CONCURRENCY 64
+#   TEMPERATURE, TOP_P, TOP_K, MAX_TURNS, MAX_RESPONSE_TOKENS, SEED, LIMIT, MAX_MODEL_LEN, CONCURRENCY
+#                         unset: afm eval run's defaults (afm eval run --help; the samplings are per benchmark)
 #   DATA_ROOT             (built-in)        folder of benchmark files (the original's AFM/data works)
 #   TOOLS_CONFIG          (none)            YAML of tool settings
 #   KEEP_TRAJECTORIES     false             keep every trajectory in RUN_DIR
@@ -60,16 +60,17 @@ run_eval() {
   dry_run=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
   keep=$(afm_bool KEEP_TRAJECTORIES "${KEEP_TRAJECTORIES:-0}")
   python=$(afm_python "$ROOT")
-  [[ ${BACKEND:-openai} == hf && -e $MODEL ]] && MODEL=$(afm_abs "$MODEL")
+  [[ ${BACKEND:-} == hf && -e $MODEL ]] && MODEL=$(afm_abs "$MODEL")
   tokenizer=$(afm_eval_tokenizer)
   engine=$(afm_engine_arg)
   run_dir=$(afm_abs "$RUN_DIR")
-  local cmd=("$python" -m afm.cli eval run --benchmarks "$benchmarks" --run-dir "$run_dir"
-    --backend "${BACKEND:-openai}" --model "$MODEL"
-    --tokenizer "$tokenizer" --concurrency "${CONCURRENCY:-64}"
-    --max-model-len "${MAX_MODEL_LEN:-32768}")
-  # BASE_URL only when set: its default is afm's (--base-url), written once.
+  local cmd=("$python" -m afm.cli eval run --benchmarks "$benchmarks" --run-dir "$run_dir" --model "$MODEL"
+    --tokenizer "$tokenizer")
+  # These only when set: their defaults are afm eval run's, written once (afm/agent/infer.py, AgentConfig).
+  [[ -n ${BACKEND:-} ]] && cmd+=(--backend "$BACKEND")
   [[ -n ${BASE_URL:-} ]] && cmd+=(--base-url "$BASE_URL")
+  [[ -n ${CONCURRENCY:-} ]] && cmd+=(--concurrency "$CONCURRENCY")
+  [[ -n ${MAX_MODEL_LEN:-} ]] && cmd+=(--max-model-len "$MAX_MODEL_LEN")
   [[ -n $engine ]] && cmd+=(--engine "$engine")
   [[ -n "${N_SAMPLES:-}" ]] && cmd+=(--n "$N_SAMPLES")
   [[ -n "${TEMPERATURE:-}" ]] && cmd+=(--temperature "$TEMPERATURE")

@@ -11,6 +11,7 @@ afm_engine_arg() {
     auto | vllm | sglang | llamacpp | openai) ;;
     *) afm_die "ENGINE must be auto, vllm, sglang, llamacpp or openai (got '$engine')" ;;
   esac
-  [[ ${BACKEND:-openai} == openai && $engine != auto ]] && printf '%s' "$engine"
+  # BACKEND unset is afm's default backend, openai
+  [[ ${BACKEND:-} != hf && $engine != auto ]] && printf '%s' "$engine"
   return 0
 }

@@ -25,7 +25,7 @@ afm_eval_tokenizer() {
     head -n 1 "$record"
   elif [[ -n ${AFM_MODEL_PATH:-} ]]; then
     if [[ -e $AFM_MODEL_PATH ]]; then afm_abs "$AFM_MODEL_PATH"; else printf '%s' "$AFM_MODEL_PATH"; fi
-  elif [[ ${BACKEND:-openai} == hf && -n ${MODEL:-} ]]; then
+  elif [[ ${BACKEND:-} == hf && -n ${MODEL:-} ]]; then
     printf '%s' "$MODEL"
   else
     afm_die "set TOKENIZER to the model folder (or hub id) the server was started with, or AFM_MODEL_PATH;" \

@@ -10,12 +10,13 @@
 #   # afterwards, on every node:
 #   bash experiments/ray_cluster.sh stop
 #
-# Knobs: RAY_PORT (6379), HEAD_ADDR (worker: the head's address; head: the address to advertise, default the
-# first of `hostname -I`), GPUS_PER_NODE (the RL scripts' default), DASHBOARD_PORT (8265), PYTHON / AFM_VENV (which environment's
+# Knobs (the port defaults are listed under "Defaults" below): RAY_PORT, HEAD_ADDR (worker: the head's address;
+# head: the address to advertise, default the first of `hostname -I`), GPUS_PER_NODE (the RL scripts' default),
+# DASHBOARD_PORT, PYTHON / AFM_VENV (which environment's
 # `ray` to run: $AFM_ROOT/.venv-rl/bin/ray when present), NUM_CPUS (Ray's logical CPUs of this node; default its
 # cores; verl reserves 3 per GPU and a few more for its other actors, so a small machine needs more than it has),
 # NODE_IP (this node's address as the others reach it; default Ray's choice, 127.0.0.1 when HEAD_ADDR is),
-# RAY_TEMP_DIR (this node's Ray folder, default /tmp/ray), AGENT_PORT (this node's dashboard agent, 52365).
+# RAY_TEMP_DIR (this node's Ray folder; unset: Ray's own), AGENT_PORT (this node's dashboard agent).
 #
 # A second node on the same machine (how the tests run two nodes; also a quick check of a cluster's scripts):
 #   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 NUM_CPUS=8 bash experiments/ray_cluster.sh head
@@ -37,32 +38,28 @@
 # environment, which is how the judge (GRM_*) and tool-server settings reach the rollout and reward workers.
 set -euo pipefail
 AFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-
-die() {
-  echo "[afm] error: $*" >&2
-  exit 2
-}
+# shellcheck source=../scripts/knobs.sh
+source "$AFM_ROOT/scripts/knobs.sh"
 
 action=${1:-}
-if [[ $action == -h || $action == --help ]]; then
-  sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed -e '/^[^#]/d' -e 's/^# \{0,1\}//'
-  exit 0
-fi
-port=${RAY_PORT:-6379}
+AFM_DEFAULTS=(RAY_PORT=6379 AGENT_PORT=52365 DASHBOARD_PORT=8265)
+if [[ $action == -h || $action == --help ]]; then afm_help_if_asked "${BASH_SOURCE[0]}" "$action"; fi
+afm_defaults AFM_DEFAULTS
+port=$RAY_PORT
 num_cpus=${NUM_CPUS:-}
-agent_port=${AGENT_PORT:-52365}
+agent_port=$AGENT_PORT
 gpus=${GPUS_PER_NODE:-}  # unset: the RL scripts' default (afm/launch/rl.py), read in node_args
-dashboard_port=${DASHBOARD_PORT:-8265}
+dashboard_port=$DASHBOARD_PORT
 ray_bin=ray
 if [[ -n ${PYTHON:-} && -x $(dirname "$PYTHON")/ray ]]; then
   ray_bin=$(dirname "$PYTHON")/ray
 elif [[ -x $AFM_ROOT/${AFM_VENV:-.venv-rl}/bin/ray ]]; then
   ray_bin=$AFM_ROOT/${AFM_VENV:-.venv-rl}/bin/ray
 fi
-[[ $port =~ ^[0-9]+$ ]] || die "RAY_PORT must be a port number (got '$port')"
-[[ -z $gpus || $gpus =~ ^[0-9]+$ ]] || die "GPUS_PER_NODE must be a whole number (got '$gpus')"
-[[ -z $num_cpus || $num_cpus =~ ^[0-9]+$ ]] || die "NUM_CPUS must be a whole number (got '$num_cpus')"
-[[ $agent_port =~ ^[0-9]+$ ]] || die "AGENT_PORT must be a port number (got '$agent_port')"
+[[ $port =~ ^[0-9]+$ ]] || afm_die "RAY_PORT must be a port number (got '$port')"
+[[ -z $gpus || $gpus =~ ^[0-9]+$ ]] || afm_die "GPUS_PER_NODE must be a whole number (got '$gpus')"
+[[ -z $num_cpus || $num_cpus =~ ^[0-9]+$ ]] || afm_die "NUM_CPUS must be a whole number (got '$num_cpus')"
+[[ $agent_port =~ ^[0-9]+$ ]] || afm_die "AGENT_PORT must be a port number (got '$agent_port')"
 
 # What every start passes: this node's resources, Ray folder and address, and its afm/verl versions as labels.
 node_args() {
@@ -70,10 +67,10 @@ node_args() {
   py=$(dirname "$ray_bin")/python
   [[ -x $py ]] || py=python3
   versions=$("$py" -c 'import afm, verl; print(f"afm_version={afm.__version__},verl_version={verl.__version__}")' \
-    2> /dev/null) || die "$py cannot import afm and verl: this node needs the RL environment (.venv-rl)"
+    2> /dev/null) || afm_die "$py cannot import afm and verl: this node needs the RL environment (.venv-rl)"
   if [[ -z $gpus ]]; then
     gpus=$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from afm.launch.rl import default
-print(default("GPUS_PER_NODE"))' "$AFM_ROOT") || die "$py cannot read afm's GPUS_PER_NODE default"
+print(default("GPUS_PER_NODE"))' "$AFM_ROOT") || afm_die "$py cannot read afm's GPUS_PER_NODE default"
   fi
   NODE_ARGS=(--num-gpus="$gpus" --labels="$versions" --dashboard-agent-listen-port="$agent_port")
   [[ -n $num_cpus ]] && NODE_ARGS+=(--num-cpus="$num_cpus")
@@ -133,7 +130,7 @@ fi
 case "$action" in
   head)
     addr=${HEAD_ADDR:-$(hostname -I 2> /dev/null | awk '{print $1}')}
-    [[ -n $addr ]] || die "cannot find this node's address; set HEAD_ADDR"
+    [[ -n $addr ]] || afm_die "cannot find this node's address; set HEAD_ADDR"
     NODE_IP=${NODE_IP:-$addr}
     node_args
     echo "[afm] starting the Ray head on $addr:$port ($gpus GPUs)"
@@ -143,7 +140,7 @@ case "$action" in
     echo "[afm] then here: NNODES=<nodes> bash experiments/train_dapo_<task>_agent.sh"
     ;;
   worker)
-    [[ -n ${HEAD_ADDR:-} ]] || die "set HEAD_ADDR to the head node's address"
+    [[ -n ${HEAD_ADDR:-} ]] || afm_die "set HEAD_ADDR to the head node's address"
     node_args
     echo "[afm] joining the Ray cluster at $HEAD_ADDR:$port ($gpus GPUs)"
     "$ray_bin" start --address="$HEAD_ADDR:$port" "${NODE_ARGS[@]}"

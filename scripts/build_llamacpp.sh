@@ -13,26 +13,28 @@
 # generation segfaulted in ggml_backend_amx_mul_mat, and some machines here are AVX2-only AMD EPYC.
 # The web UI is off (its prebuilt copy would come from a hub), and so is HTTPS (the server listens on 127.0.0.1).
 #
-# Knobs (environment variables) and defaults:
-#   AFM_LLAMACPP_VERSION  0.3.36   llama-cpp-python version whose vendored llama.cpp is built
+# Knobs (environment variables; the plain defaults are listed under "Defaults" below):
+#   AFM_LLAMACPP_VERSION           llama-cpp-python version whose vendored llama.cpp is built
 #   AFM_LLAMACPP_HOME     ~/.cache/afm/llamacpp   cache root; the binary is <home>/<version>/bin/llama-server
 #   AFM_LLAMACPP_JOBS     nproc    parallel compile jobs
-#   PYTHON                python3  the python whose pip downloads the sdist
+#   PYTHON                         the python whose pip downloads the sdist
 # A finished build is reused; delete its folder to rebuild. Needs cmake and a C++ compiler; on 2 cores it takes
 # 15-45 minutes (43 min measured with the machine under a load of ~9), then nothing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=knobs.sh
 source "$ROOT/scripts/knobs.sh"
+AFM_DEFAULTS=(AFM_LLAMACPP_VERSION=0.3.36 PYTHON=python3)
 afm_script_start "${BASH_SOURCE[0]}" "$@"
 set -- "${AFM_ARGS[@]}"
 (( $# == 0 )) || afm_die "unknown argument '$1' (knobs are environment variables; see --help)"
 DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
+afm_defaults AFM_DEFAULTS
 
-version="${AFM_LLAMACPP_VERSION:-0.3.36}"
+version=$AFM_LLAMACPP_VERSION
 home="${AFM_LLAMACPP_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/afm/llamacpp}"
 jobs="${AFM_LLAMACPP_JOBS:-$(nproc)}"
-python="${PYTHON:-python3}"
+python=$PYTHON
 prefix="$home/$version"
 binary="$prefix/bin/llama-server"
 

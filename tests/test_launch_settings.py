@@ -164,6 +164,45 @@ def test_the_docs_table_is_generated_from_the_settings():
     assert block == expected, "docs/sft_knobs.md is out of date: AFM_RECORD=1 pytest tests/test_launch_settings.py"
 
 
+# ---- the scripts' own defaults (${NAME:-value}, AFM_DEFAULTS) ---------------------------------------------------------
+HEADER_SCRIPTS = ("experiments/*.sh", "configs/verl/*.sh", "sft_scripts/**/*.sh", "evaluation/*.sh", "scripts/*.sh")
+
+
+def header_restatements(root: Path) -> list[str]:
+    """Every line of a script's header (its leading comment block, which --help prints) that restates a default the
+    script's code writes (``${NAME:-value}``, ``${NAME:=value}`` or a word of its ``AFM_DEFAULTS``): a table row
+    ``#   NAME   value`` or prose (:func:`restated_in_prose`). --help prints AFM_DEFAULTS itself."""
+    found = []
+    for path in sorted({p for pattern in HEADER_SCRIPTS for p in root.glob(pattern)}):
+        text = path.read_text(encoding="utf-8")
+        declared: dict[str, set[str]] = {}
+        for line in text.splitlines():
+            if not line.lstrip().startswith("#"):
+                for m in re.finditer(r"\$\{([A-Z][A-Z0-9_]*):[-=]([^}$\"']+)\}", line):
+                    declared.setdefault(m.group(1), set()).add(m.group(2))
+        words = re.search(r"^AFM_DEFAULTS=\(([^)]*)\)", text, re.M)
+        for word in (words.group(1).replace('"', "").split() if words else []):
+            declared.setdefault(word.partition("=")[0], set()).add(word.partition("=")[2])
+        for number, line in enumerate(text.splitlines()[1:], 2):
+            if not line.startswith("#"):
+                break
+            if "bash " in line:
+                continue  # a usage example: what a user types
+            found += [f"{path.relative_to(root)}:{number}: {name}={value}" for name, values in declared.items()
+                      for value in values if re.search(rf"^#\s+{name}\s+{re.escape(value)}(?![\w.])", line)
+                      or restated_in_prose(line, name, value)]
+    return found
+
+
+def test_script_headers_restate_no_default_of_their_own(tmp_path):
+    assert header_restatements(REPO) == []
+    (tmp_path / "evaluation").mkdir()
+    (tmp_path / "evaluation/serve.sh").write_text(
+        '#!/usr/bin/env bash\n# Serves on PORT (10000).\n#   TP 1  PORT 10000\n#   PORT=9 bash evaluation/serve.sh\n'
+        'AFM_DEFAULTS=(PORT=10000)\nTP="${TP:-1}"\n', encoding="utf-8")
+    assert header_restatements(tmp_path) == ["evaluation/serve.sh:2: PORT=10000", "evaluation/serve.sh:3: TP=1"]
+
+
 # ---- the RL settings (afm/launch/rl.py) ----------------------------------------------------------------------------
 def rl_declared() -> dict[str, set[str]]:
     """RL knob variable -> every value afm declares for it: the field's default and the values of the per-task and

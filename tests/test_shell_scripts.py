@@ -281,6 +281,31 @@ def test_the_inference_base_url_default_is_afms(tmp_path):
                     if "127.0.0.1:10000" in line and not line.lstrip().startswith("#")]
 
 
+def test_eval_flags_with_afms_defaults_are_passed_only_when_set(tmp_path):
+    """BACKEND, CONCURRENCY and MAX_MODEL_LEN of the eval scripts: unset, afm eval run's own defaults apply (no flag);
+    set, they reach it."""
+    base = {"MODEL": "m", "TOKENIZER": "t", "DRY_RUN": "1"}
+    flags = {"BACKEND": ("backend", "hf"), "CONCURRENCY": ("concurrency", "3"), "MAX_MODEL_LEN": ("max-model-len", "9")}
+    unset = _printed_flags(_run("evaluation/eval_mhqa.sh", cwd=tmp_path, **base).stdout)
+    assert not {flag for flag, _ in flags.values()} & set(unset)
+    given = _printed_flags(_run("evaluation/eval_mhqa.sh", cwd=tmp_path, **base,
+                                **{name: value for name, (_, value) in flags.items()}).stdout)
+    assert {flag: given.get(flag) for flag, _ in flags.values()} == dict(flags.values())
+
+
+def test_serve_model_help_lists_the_defaults_it_runs_with(tmp_path):
+    """serve_model.sh's defaults are written once (AFM_DEFAULTS): --help lists them and the dry run uses them."""
+    text = _run("evaluation/serve_model.sh", "--help").stdout
+    defaults = dict(line.split(None, 1) for line in text.split("\nDefaults:\n", 1)[1].splitlines() if line.strip())
+    command = _run("evaluation/serve_model.sh", cwd=tmp_path, MODEL_PATH="m", DRY_RUN="1").stdout
+    flags = _printed_flags(command)
+    for name, flag in (("TP", "tensor-parallel-size"), ("PORT", "port"), ("HOST", "host"),
+                       ("MAX_MODEL_LEN", "max-model-len"), ("GPU_MEMORY_UTILIZATION", "gpu-memory-utilization")):
+        assert flags[flag] == defaults[name], name
+    assert f"[serve] {defaults['ENGINE']} serve " in command and ("trust-remote-code" in flags) is (
+        defaults["TRUST_REMOTE_CODE"] == "true")
+
+
 def test_engine_knob_reaches_eval_and_inference(tmp_path):
     """ENGINE, as serve_model.sh names the engine, becomes --engine of afm eval run / afm infer (BACKEND=openai);
     unset it is left to afm's auto; an unknown engine stops with one line."""
