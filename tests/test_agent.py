@@ -173,6 +173,19 @@ def test_malformed_calls_become_observations(llm, tok, code_tool):
     assert_invariant(traj, reqs, tok)
 
 
+def test_a_call_after_a_block_left_open_is_run(llm, tok):
+    # the real SFT'd Gemma's turn (issue 24): its <plan> closed by a made-up tag, then a complete call at the stop
+    search = EchoSearch()
+    replies = ["<think>Town 5033: I need its founding year.</think>\n<plan>1. Find when Town 5033 was founded. "
+               "2. Answer.</subtracting>\n<think>Look up the town.</think>\n<web_search> Town 5033</web_search>",
+               "<answer>1342</answer>"]
+    traj, reqs = run(llm, tok, replies, tools={"web_search": search})
+    assert search.calls == ["Town 5033"]
+    assert [(c.name, c.status) for c in traj.tool_calls] == [("web_search", "ok")]
+    assert traj.finish_reason == "answer"
+    assert_invariant(traj, reqs, tok)
+
+
 def test_unknown_tool_and_duplicates(llm, tok):
     search = EchoSearch()
     cfg = AgentConfig(tools=("web_search", "crawl_page"), max_turns=6)

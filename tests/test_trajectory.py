@@ -111,6 +111,21 @@ def test_last_answer_and_tool_calls():
     assert last_tool_call("<web_search>q") is None
 
 
+def test_last_tool_call_after_a_block_the_model_left_open():
+    # the SFT'd Gemma 3 270M closed its <plan> with a tag of its own making, then called the tool and stopped on
+    # </wiki_search>: the call ends the text as the original's XML tool parser reads it (the strict scan ran the
+    # unclosed <plan> over it and found no call)
+    text = ("<think>Town 5033: I need its founding year.</think>\n<plan>1. Find when Town 5033 was founded. 2. Answer."
+            "</subtracting>\n<think>Look up the town.</think>\n<wiki_search> Town 5033</wiki_search>")
+    last = last_tool_call(text)
+    assert last is not None and (last.name, last.argument, last.closed) == ("wiki_search", " Town 5033", True)
+    assert text[last.start:last.end] == "<wiki_search> Town 5033</wiki_search>" and last.end == len(text)
+    assert last_tool_call("<think>open <web_search>q</web_search>\n") is not None
+    # still none: words after the call, a closing tag with no opener, an empty tail
+    assert last_tool_call("<plan>open <web_search>q</web_search> then words") is None
+    assert last_tool_call("<plan>open and a stray </web_search>") is None
+
+
 def test_stop_strings():
     assert stop_strings(["web_search", "crawl_page"]) == ["</web_search>", "</crawl_page>", "</answer>"]
     with pytest.raises(ValueError, match="not a tool"):

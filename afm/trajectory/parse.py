@@ -168,11 +168,25 @@ def tool_calls(text: str, registry: TagRegistry | None = None) -> list[ToolCall]
 
 
 def last_tool_call(text: str, registry: TagRegistry | None = None) -> ToolCall | None:
-    """The last closed tool call when nothing but whitespace follows it, else None (what the agent loop runs)."""
-    calls = tool_calls(text, registry)
-    if not calls or not calls[-1].closed or text[calls[-1].end :].strip():
-        return None
-    return calls[-1]
+    """The last closed tool call when nothing but whitespace follows it, else None (what the agent loop runs).
+
+    A call that ends the text counts even when an earlier block was left open (``<plan>… </made_up>`` then
+    ``<wiki_search>q</wiki_search>``): the strict scan runs the open block over the call, but the model stopped on the
+    call's closing tag, and the original's XML tool parser reads it as a call too."""
+    reg = registry or DEFAULT_REGISTRY
+    calls = tool_calls(text, reg)
+    if calls and calls[-1].closed and not text[calls[-1].end :].strip():
+        return calls[-1]
+    tail = text.rstrip()
+    for name in reg.names(TagKind.TOOL):
+        close = f"</{name}>"
+        if tail.endswith(close):
+            body_end = len(tail) - len(close)
+            start = tail.rfind(f"<{name}>", 0, body_end)
+            if start < 0:
+                return None
+            return ToolCall(name, tail[start + len(name) + 2 : body_end], start, len(tail), True)
+    return None
 
 
 def last_answer(text: str, registry: TagRegistry | None = None) -> str | None:
