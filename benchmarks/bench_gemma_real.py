@@ -2,20 +2,20 @@
 llama-server and through the ``hf`` backend on the same checkpoint; and 2 DAPO steps of it through the ``--local``
 DAPO script (issue 24, item 4).
 
-**eval** — the first ``--rows`` (20) rows of MATH500, NQ and LiveCodeBench v5 from the original repository's own
-files (``AFM/data/code_agent/code_math_benchmarks/math500.parquet``, ``AFM/data/mhqa_agent/test_benchmarks/
-nq_full.jsonl``, ``AFM/data/code_agent/code_math_benchmarks/livecodebench_v5.parquet``), read from a git mirror of
-OPPO-PersonalAI/Agent_Foundation_Models (``--orig-git``; or a folder in afm's layout with ``--data-root``) and loaded
-by afm's own loaders (afm.eval.datasets). ``afm eval run`` runs each benchmark twice with the same greedy decoding
-and caps: ``--backend openai --engine auto`` against ``ENGINE=llamacpp evaluation/serve_model.sh`` (the Q4_K_M GGUF,
-``--slots`` slots on one thread each) and ``--backend hf`` on the HF checkpoint converted from that GGUF (fp32,
-``--batch-size`` sequences per generate call, torch on the machine's threads). Tools are real: the code tool runs
-in afm's sandbox (MATH500, LiveCodeBench; LCB's rewards run the tests in the sandbox too), ``wiki_search`` asks
-afm's wiki server — over the demo corpus, since no Wikipedia index is available offline, so NQ's retrieval finds
-nothing relevant (what is measured is that the calls are made and answered). Printed per benchmark and engine:
-accuracy with a 95% Wilson interval, tool calls, failed samples, id source, model tokens, wall seconds and model
-tokens per second of wall time (prompt processing and tools included: the engines' own throughput for this work),
-plus how many questions gave the same prediction on both engines.
+**eval** — the first ``--rows`` (20) rows of MATH500, NQ and LiveCodeBench v5 (``--benchmarks`` picks among them) from
+the original repository's own files (``AFM/data/code_agent/code_math_benchmarks/math500.parquet``,
+``AFM/data/mhqa_agent/test_benchmarks/nq_full.jsonl``, ``AFM/data/code_agent/code_math_benchmarks/
+livecodebench_v5.parquet``), read from a git mirror of OPPO-PersonalAI/Agent_Foundation_Models (``--orig-git``; or a
+folder in afm's layout with ``--data-root``) and loaded by afm's own loaders (afm.eval.datasets). ``afm eval run``
+runs each benchmark twice with the same greedy decoding and caps: ``--backend openai --engine auto`` against
+``ENGINE=llamacpp evaluation/serve_model.sh`` (the Q4_K_M GGUF, ``--slots`` slots on ``--threads`` threads) and ``--backend
+hf`` on the HF checkpoint converted from that GGUF (fp32, ``--batch-size`` sequences per generate call, torch on the
+machine's threads). Tools are real: the code tool runs in afm's sandbox (MATH500, LiveCodeBench; LCB's rewards run the
+tests in the sandbox too), ``wiki_search`` asks afm's wiki server — over the demo corpus, since no Wikipedia index is
+available offline, so NQ's retrieval finds nothing relevant (what is measured is that the calls are made and
+answered). Printed per benchmark and engine: accuracy with a 95% Wilson interval, tool calls, failed samples, id
+source, model tokens, wall seconds and model tokens per second of wall time (prompt processing and tools included: the
+engines' own throughput for this work), plus how many questions gave the same prediction on both engines.
 
 **dapo** — ``experiments/train_dapo_code_agent.sh --local`` with ``MODEL_PATH`` = the HF checkpoint (the toy code
 task, hf rollout, verl's FSDP actor on the CPU, the launcher's LR for a pretrained MODEL_PATH), ``--dapo-steps``
@@ -29,7 +29,8 @@ and the run's Ray processes (sampled every second).
 llama-server after ``afm model export --outtype f32``; ``--world`` adds the quickstart world's held-out questions.
 
     .venv/bin/python benchmarks/bench_gemma_real.py [--parts eval,names] [--rows 20] [--max-turns 2]
-        [--max-tokens-per-turn 64] [--max-response-tokens 128] [--slots 2] [--batch-size 20]
+        [--benchmarks math500,nq,livecodebench_v5] [--max-tokens-per-turn 64] [--max-response-tokens 128]
+        [--slots 2] [--threads 1] [--batch-size 20]
         [--orig-git /work/.mirror/OPPO-PersonalAI+Agent_Foundation_Models/repo] [--data-root DIR]
         [--model TRAINED_HF_DIR] [--world] [--out benchmarks/out/gemma_real]
     .venv-rl/bin/python benchmarks/bench_gemma_real.py --parts dapo [--dapo-steps 2]
@@ -99,13 +100,15 @@ def write_orig_data(git_dir: Path, root: Path) -> dict[str, str]:
     return where
 
 
-def start_llama_server(gguf: Path, tok: Path, slots: int, ctx: int, log: Path) -> tuple[int, str]:
-    """``ENGINE=llamacpp evaluation/serve_model.sh``; ``(pid, base_url)``."""
+def start_llama_server(gguf: Path, tok: Path, slots: int, threads: int, ctx: int, log: Path) -> tuple[int, str]:
+    """``ENGINE=llamacpp evaluation/serve_model.sh`` with ``slots`` parallel slots computed on ``threads`` threads
+    (llama-server decodes all slots in one batch: the threads are the whole server's, not a slot's);
+    ``(pid, base_url)``."""
     from afm.common.procs import free_port
 
     port = free_port()
     env = {**os.environ, "ENGINE": "llamacpp", "MODEL_PATH": str(gguf), "TOKENIZER": str(tok), "PORT": str(port),
-           "PARALLEL": str(slots), "THREADS": str(slots), "MAX_MODEL_LEN": str(ctx), "SERVED_NAME": "gemma-bench",
+           "PARALLEL": str(slots), "THREADS": str(threads), "MAX_MODEL_LEN": str(ctx), "SERVED_NAME": "gemma-bench",
            "LOG": str(log)}
     proc = subprocess.run(["bash", str(REPO / "evaluation/serve_model.sh")], env=env, capture_output=True, text=True,
                           timeout=600, cwd=log.parent)
@@ -134,7 +137,7 @@ def eval_run(run_dir: Path, engine_args: list[str], benches: list[str], data_roo
     """One ``afm eval run`` (a subprocess, as a user runs it); per-benchmark rows from its results.jsonl."""
     cmd = [sys.executable, "-m", "afm.cli", "eval", "run", "--benchmarks", ",".join(benches), "--run-dir",
            str(run_dir), "--data-root", str(data_root), "--tools-config", str(tools_yaml), "--n", "1",
-           "--temperature", "0", "--seed", "0", "--quiet", "--force", *caps, *engine_args]
+           "--temperature", "0", "--seed", "0", "--quiet", "--force", "--keep-trajectories", *caps, *engine_args]
     load0, t0 = os.getloadavg()[0], time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     wall = time.monotonic() - t0
@@ -156,7 +159,8 @@ def eval_run(run_dir: Path, engine_args: list[str], benches: list[str], data_roo
             "ids_source": sorted({str(r.get("ids_source")) for r in rs}),
             "finish": _sum_counts({str(r.get("finish_reason")): 1} for r in rs),
             "tests_from": sorted({str(r.get("tests_from")) for r in rs if r.get("tests_from")}),
-            "pred": {r["qid"]: r.get("pred") for r in rs}}
+            "pred": {r["qid"]: r.get("pred") for r in rs},
+            "right": {r["qid"]: r["status"] == "ok" and (r.get("acc") or 0) >= 1.0 for r in rs}}
     return out
 
 
@@ -192,20 +196,20 @@ def part_eval(args: argparse.Namespace, work: Path, model: Any) -> dict[str, Any
         source = write_orig_data(Path(args.orig_git), data_root)
     caps = ["--max-turns", str(args.max_turns), "--max-tokens-per-turn", str(args.max_tokens_per_turn),
             "--max-response-tokens", str(args.max_response_tokens), "--max-model-len", str(args.ctx)]
-    suites = [("real", list(ORIG_FILES), data_root, [*caps, "--limit", str(args.rows)])]
+    suites = [("real", args.benchmarks, data_root, [*caps, "--limit", str(args.rows)])] if args.benchmarks else []
     world = None
     if args.world:
         world, world_root, world_benches = world_setup(work)
-        # the world's own turn budget (afm.eval.datasets.WORLD_SAMPLING: 6 turns), 128 tokens a turn
-        suites.append(("world", world_benches, world_root, ["--max-turns", "6", "--max-tokens-per-turn", "128",
-                                                            "--max-response-tokens", "768", "--max-model-len",
-                                                            str(args.ctx)]))
+        # the world's own caps (afm.eval.benchmark_specs.WORLD_SAMPLING: 6 turns, 160 tokens a turn, 1024 in all):
+        # the teacher's longest turn is 123 Gemma tokens; with 96 a turn the SFT'd Gemma's code calls were cut off
+        # first: on the SFT'd model the world is where the tool calls are (a run cut short keeps it)
+        suites.insert(0, ("world", world_benches, world_root, ["--max-model-len", str(args.ctx)]))
     res: dict[str, Any] = {"source": source, "caps": {s[0]: s[3] for s in suites}, "model": str(model.hf_dir),
                            "gguf": str(model.gguf_path)}
     with DemoServers(work / "servers", world=world) as servers:
         tools_yaml = work / "tools.yaml"
         tools_yaml.write_text(yaml.safe_dump(world_tools(servers) if world else servers.tools_config()))
-        pid, base_url = start_llama_server(model.gguf_path, model.hf_dir, args.slots, args.ctx,
+        pid, base_url = start_llama_server(model.gguf_path, model.hf_dir, args.slots, args.threads, args.ctx,
                                            work / "llama-server.log")
         try:
             for suite, benches, root, suite_caps in suites:
@@ -227,6 +231,10 @@ def part_eval(args: argparse.Namespace, work: Path, model: Any) -> dict[str, Any
         for b in benches:
             a, h = res[f"{suite}:llamacpp"]["benchmarks"][b]["pred"], res[f"{suite}:hf"]["benchmarks"][b]["pred"]
             res.setdefault("same_pred", {})[b] = f"{sum(1 for q in a if a[q] == h.get(q))}/{len(a)}"
+            # paired: the questions only one engine got right (what a McNemar test would look at)
+            ra, rh = res[f"{suite}:llamacpp"]["benchmarks"][b]["right"], res[f"{suite}:hf"]["benchmarks"][b]["right"]
+            res.setdefault("only_right", {})[b] = {"llamacpp": sum(1 for q in ra if ra[q] and not rh.get(q)),
+                                                   "hf": sum(1 for q in rh if rh[q] and not ra.get(q))}
     res["suites"] = [s[0] for s in suites]
     return res
 
@@ -251,6 +259,7 @@ def eval_table(res: dict[str, Any]) -> str:
             lines.append(f"- {suite}, {eng}: {tok} model tokens in {run['wall_s']} s of wall = "
                          f"{tok / run['wall_s']:.1f} tok/s (load {run['load_before']:.1f} -> {run['load_after']:.1f})")
     lines.append(f"- same prediction on both engines: {res['same_pred']}")
+    lines.append(f"- right on one engine only: {res.get('only_right')}")
     return "\n".join(lines)
 
 
@@ -267,7 +276,7 @@ def part_names(work: Path, gemma: Any, slots: int) -> dict[str, Any]:
                 ("Town 7788", "Town 1045"), ("Town 5310", "Town 2876"), ("Town 6642", "Town 8193")]
     named = [("Marlowe", "Brentfield"), ("Ashbury", "Kettering"), ("Dunmore", "Halcombe"),
              ("Rivenhall", "Stoneleigh"), ("Wexcombe", "Thornbury"), ("Ellerby", "Penhallow")]
-    pid, base_url = start_llama_server(gemma.gguf_path, gemma.hf_dir, slots, 2048, work / "llama-names.log")
+    pid, base_url = start_llama_server(gemma.gguf_path, gemma.hf_dir, slots, 1, 2048, work / "llama-names.log")
     rows = []
     try:
         for kind, cases in (("numbered", numbered), ("named", named)):
@@ -399,12 +408,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", default="eval,names")
     p.add_argument("--rows", type=int, default=20)
+    p.add_argument("--benchmarks", default=",".join(ORIG_FILES),
+                   help=f"which of the original's benchmarks the eval part runs, comma-separated ({', '.join(ORIG_FILES)}"
+                        "); empty for none (with --world: the world only)")
     # caps that keep the run to ~45 min on 2 shared cores (prompt processing of the long LCB prompts dominates)
     p.add_argument("--max-turns", type=int, default=2)
     p.add_argument("--max-tokens-per-turn", type=int, default=64)
     p.add_argument("--max-response-tokens", type=int, default=128)
     p.add_argument("--ctx", type=int, default=4096, help="prompt + response tokens (and llama-server's per slot)")
     p.add_argument("--slots", type=int, default=2)
+    # 1: on 2 cores shared with other work, ggml's threads spin at each barrier waiting for a descheduled sibling; with 2
+    # threads a 1.2k-token prompt went at 51 tok/s and decoding at 0.6 tok/s, with 1 thread at 112 and 13 tok/s
+    p.add_argument("--threads", type=int, default=1, help="llama-server's compute threads (-t/-tb), all slots together")
     p.add_argument("--batch-size", type=int, default=20)
     p.add_argument("--dapo-steps", type=int, default=2)
     p.add_argument("--orig-git", default=str(ORIG_GIT))
@@ -415,6 +430,12 @@ def main(argv: list[str] | None = None) -> int:
                         "prepared base; llama-server gets it through afm model export (f32)")
     p.add_argument("--world", action="store_true", help="also the quickstart world's held-out questions")
     args = p.parse_args(argv)
+    args.benchmarks = [b for b in args.benchmarks.split(",") if b.strip()]
+    unknown = [b for b in args.benchmarks if b not in ORIG_FILES]
+    if unknown:
+        p.error(f"unknown benchmark(s) {', '.join(unknown)}: choose from {', '.join(ORIG_FILES)}")
+    if "eval" in args.parts.split(",") and not args.benchmarks and not args.world:
+        p.error("--benchmarks is empty and --world is not given: the eval part would run nothing")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
