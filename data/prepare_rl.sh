@@ -9,16 +9,18 @@
 #   DRY_RUN=1 bash data/prepare_rl.sh mhqa    # print the commands only (DRY_RUN=1/true/yes/on)
 #   bash data/prepare_rl.sh --help            # this text
 #
-# Input files (.jsonl, .json or .parquet; one object per question). Knobs and defaults:
+# Input files (.jsonl, .json or .parquet; one object per question). Knobs (the script's own defaults are listed
+# under "Defaults" below; AGENT_NAME unset passes no flag, afm data rl's default applies):
 #   RAW_DIR       <repo>/data/raw   where the inputs below are
 #   OUT_DIR       <repo>/data/rl    where the parquets go (what experiments/train_*.sh read by default)
-#   VAL_FRACTION  0.01          share of the training questions held out for validation when no *_VAL file exists
-#   AGENT_NAME    afm_agent     verl agent loop of the rows ("none" = verl's default_agent_loop)
+#   VAL_FRACTION  share of the training questions held out for validation when no *_VAL file exists
+#   AGENT_NAME    verl agent loop of the rows ("none" = verl's default_agent_loop)
 #   AFM           afm           the afm command (falls back to .venv/bin/afm, .venv-rl/bin/afm, then $PYTHON -m afm.cli)
 #   MAX_PROMPT_TOKENS + TOKENIZER   drop prompts longer than the training scripts' data.max_prompt_length
 #
 #   mhqa  NQ_TRAIN=$RAW_DIR/nq_train.jsonl  HOTPOTQA_TRAIN=$RAW_DIR/hotpotqa_train.jsonl
-#         MHQA_VAL (optional; e.g. nq_test.jsonl) MHQA_A_KEY=golden_answers (Search-R1's field; "answer" works too)
+#         MHQA_VAL (optional; e.g. nq_test.jsonl) MHQA_A_KEY (the answer field; Search-R1's by default, "answer"
+#         works too)
 #         rows {"id", "question", "golden_answers": ["..", ".."]}; data sources nq / hotpotqa (EM reward);
 #         prompt mhqa (wiki_search)
 #   web   WEB_TRAIN=$RAW_DIR/web_train.jsonl  WEB_VAL=$RAW_DIR/web_val.jsonl (optional, e.g. GAIA text-103)
@@ -38,14 +40,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../scripts/knobs.sh
 source "$ROOT/scripts/knobs.sh"
+AFM_DEFAULTS=(VAL_FRACTION=0.01 MHQA_A_KEY=golden_answers)
 afm_script_start "${BASH_SOURCE[0]}" "$@"
 set -- "${AFM_ARGS[@]}"
+afm_defaults AFM_DEFAULTS
 
 task=${1:-}
 RAW_DIR=$(afm_abs "${RAW_DIR:-$ROOT/data/raw}")
 OUT_DIR=$(afm_abs "${OUT_DIR:-$ROOT/data/rl}")
-VAL_FRACTION=${VAL_FRACTION:-0.01}
-AGENT_NAME=${AGENT_NAME:-afm_agent}
 DRY_RUN=$(afm_bool DRY_RUN "${DRY_RUN:-0}")
 
 if [[ -n ${AFM:-} ]]; then
@@ -59,7 +61,9 @@ elif [[ -x $ROOT/.venv-rl/bin/afm ]]; then
 else
   afm=("$(afm_python "$ROOT")" -m afm.cli)
 fi
-common=(--agent-name "$AGENT_NAME")
+common=()
+# AGENT_NAME only when set: afm data rl's default (afm/data/rl_parquet.py) is written once there
+afm_flags_if_set common --agent-name AGENT_NAME
 if [[ -n ${MAX_PROMPT_TOKENS:-} ]]; then
   [[ -n ${TOKENIZER:-} ]] || { echo "[afm] error: MAX_PROMPT_TOKENS needs TOKENIZER" >&2; exit 2; }
   common+=(--max-prompt-tokens "$MAX_PROMPT_TOKENS" --tokenizer "$TOKENIZER")
@@ -87,7 +91,7 @@ val_args() {
 
 mhqa() {
   local nq=${NQ_TRAIN:-$RAW_DIR/nq_train.jsonl} hotpot=${HOTPOTQA_TRAIN:-$RAW_DIR/hotpotqa_train.jsonl}
-  local a_key=${MHQA_A_KEY:-golden_answers} val=${MHQA_VAL:-}
+  local a_key=$MHQA_A_KEY val=${MHQA_VAL:-}
   need "$nq" "NQ training questions; set NQ_TRAIN"
   need "$hotpot" "HotpotQA training questions; set HOTPOTQA_TRAIN"
   local extra=()

@@ -39,9 +39,10 @@ afm_asks_help() {
 }
 
 # afm_help_if_asked FILE ARGS...: when an argument is -h or --help, print FILE's leading comment block (its usage
-# and knobs), then the script's AFM_DEFAULTS when it has them, and exit 0.
+# and knobs), then the script's AFM_DEFAULTS when it has them, and exit 0. A script whose defaults depend on one knob
+# (data/select_rl.sh's MODE) names that knob in AFM_DEFAULTS_BY and keeps one array per value, AFM_DEFAULTS_<value>.
 afm_help_if_asked() {
-  local file=$1
+  local file=$1 set
   shift
   if afm_asks_help "$@"; then
     afm_print_header "$file"
@@ -50,6 +51,11 @@ afm_help_if_asked() {
       echo "Defaults:"
       afm_print_defaults AFM_DEFAULTS
     fi
+    for set in $(compgen -A arrayvar AFM_DEFAULTS_); do
+      echo
+      echo "Defaults with ${AFM_DEFAULTS_BY:-?}=${set#AFM_DEFAULTS_}:"
+      afm_print_defaults "$set"
+    done
     exit 0
   fi
 }
@@ -120,6 +126,18 @@ afm_python() {
   else
     printf '%s' python3
   fi
+}
+
+# afm_flags_if_set ARRAY FLAG NAME [FLAG NAME ...]: append "FLAG value" to the array named ARRAY for each knob NAME
+# that is set (not empty). An unset knob passes nothing, so its default stays the one of the afm command the script
+# runs (written once there, shown by that command's --help).
+afm_flags_if_set() {
+  local -n _afm_into=$1
+  shift
+  while (( $# >= 2 )); do
+    if [[ -n ${!2:-} ]]; then _afm_into+=("$1" "${!2}"); fi
+    shift 2
+  done
 }
 
 # afm_limit_flags ARRAY: append afm infer's rollout-limit flags for the knobs the user set (MAX_TURNS,

@@ -165,13 +165,16 @@ def test_the_docs_table_is_generated_from_the_settings():
 
 
 # ---- the scripts' own defaults (${NAME:-value}, AFM_DEFAULTS) ---------------------------------------------------------
-HEADER_SCRIPTS = ("experiments/*.sh", "configs/verl/*.sh", "sft_scripts/**/*.sh", "evaluation/*.sh", "scripts/*.sh")
+HEADER_SCRIPTS = ("experiments/*.sh", "configs/verl/*.sh", "sft_scripts/**/*.sh", "evaluation/*.sh", "scripts/*.sh",
+                  "inference/*.sh", "data/*.sh")
 
 
 def header_restatements(root: Path) -> list[str]:
     """Every line of a script's header (its leading comment block, which --help prints) that restates a default the
-    script's code writes (``${NAME:-value}``, ``${NAME:=value}`` or a word of its ``AFM_DEFAULTS``): a table row
-    ``#   NAME   value`` or prose (:func:`restated_in_prose`). --help prints AFM_DEFAULTS itself."""
+    script's code writes (``${NAME:-value}``, ``${NAME:=value}``, a word of its ``AFM_DEFAULTS`` or of a per-mode
+    ``AFM_DEFAULTS_<mode>``): ``NAME value`` as a table row or one of several on a line (``#   N_SAMPLES 1
+    TEMPERATURE 1.0``, ``TOP_P 0.9, TOP_K 20``), ``NAME=value``, or prose (:func:`restated_in_prose`). --help
+    prints the AFM_DEFAULTS arrays itself."""
     found = []
     for path in sorted({p for pattern in HEADER_SCRIPTS for p in root.glob(pattern)}):
         text = path.read_text(encoding="utf-8")
@@ -180,16 +183,17 @@ def header_restatements(root: Path) -> list[str]:
             if not line.lstrip().startswith("#"):
                 for m in re.finditer(r"\$\{([A-Z][A-Z0-9_]*):[-=]([^}$\"']+)\}", line):
                     declared.setdefault(m.group(1), set()).add(m.group(2))
-        words = re.search(r"^AFM_DEFAULTS=\(([^)]*)\)", text, re.M)
-        for word in (words.group(1).replace('"', "").split() if words else []):
-            declared.setdefault(word.partition("=")[0], set()).add(word.partition("=")[2])
+        for words in re.findall(r"(?:^|(?<=\) ))AFM_DEFAULTS(?:_\w+)?=\(([^)]*)\)", text, re.M):
+            for word in words.replace('"', "").split():
+                declared.setdefault(word.partition("=")[0], set()).add(word.partition("=")[2])
         for number, line in enumerate(text.splitlines()[1:], 2):
             if not line.startswith("#"):
                 break
             if "bash " in line:
                 continue  # a usage example: what a user types
             found += [f"{path.relative_to(root)}:{number}: {name}={value}" for name, values in declared.items()
-                      for value in values if re.search(rf"^#\s+{name}\s+{re.escape(value)}(?![\w.])", line)
+                      for value in values
+                      if re.search(rf"(?<![\w$]){name}(\s+|=){re.escape(value)}(?![\w.])", line)
                       or restated_in_prose(line, name, value)]
     return found
 
@@ -199,8 +203,14 @@ def test_script_headers_restate_no_default_of_their_own(tmp_path):
     (tmp_path / "evaluation").mkdir()
     (tmp_path / "evaluation/serve.sh").write_text(
         '#!/usr/bin/env bash\n# Serves on PORT (10000).\n#   TP 1  PORT 10000\n#   PORT=9 bash evaluation/serve.sh\n'
-        'AFM_DEFAULTS=(PORT=10000)\nTP="${TP:-1}"\n', encoding="utf-8")
-    assert header_restatements(tmp_path) == ["evaluation/serve.sh:2: PORT=10000", "evaluation/serve.sh:3: TP=1"]
+        '#   N_SAMPLES 32 (web) | 8 (code);  TEMPERATURE 1.0, TOP_K 20\n#   TOP_KK 20  A=1.0  NTEMPERATURE 1.0\n'
+        'AFM_DEFAULTS=(PORT=10000\n  TEMPERATURE=1.0)\nAFM_DEFAULTS_code=(N_SAMPLES=8) AFM_DEFAULTS_web=(N_SAMPLES=32)\n'
+        'TP="${TP:-1}"\n'
+        'TOP_K="${TOP_K:-20}"\n', encoding="utf-8")
+    assert sorted(header_restatements(tmp_path)) == [
+        "evaluation/serve.sh:2: PORT=10000", "evaluation/serve.sh:3: PORT=10000", "evaluation/serve.sh:3: TP=1",
+        "evaluation/serve.sh:5: N_SAMPLES=32",
+        "evaluation/serve.sh:5: TEMPERATURE=1.0", "evaluation/serve.sh:5: TOP_K=20"]
 
 
 # ---- the RL settings (afm/launch/rl.py) ----------------------------------------------------------------------------

@@ -306,6 +306,121 @@ def test_serve_model_help_lists_the_defaults_it_runs_with(tmp_path):
         defaults["TRUST_REMOTE_CODE"] == "true")
 
 
+# The data and inference scripts' dry runs with only the knobs they need (select_rl.sh in code mode, whose --prompt is
+# not afm infer's default), and a value for each knob whose default is the afm command's own.
+DATA_RUNS = {
+    "inference/inference.sh": ((), {"INPUT": "q.jsonl", "MODEL": "m", "TOKENIZER": "t"}),
+    "data/select_rl.sh": ((), {"MODE": "code", "QUESTIONS": "q.jsonl", "MODEL": "m", "TOKENIZER": "t"}),
+    "data/distill.sh": ((), {"INPUT": "q.jsonl"}),
+    "data/prepare_rl.sh": (("demo",), {"OUT_DIR": "rl", "AFM": "afm"}),
+}
+AFMS_DEFAULTS = {  # script -> knob -> (the afm flag it reaches, a value that is not afm's default)
+    "inference/inference.sh": {
+        "BACKEND": ("backend", "hf"), "PROMPT": ("prompt", "mhqa"), "N_SAMPLES": ("n", "3"),
+        "TEMPERATURE": ("temperature", "0.5"), "TOP_P": ("top-p", "0.8"), "TOP_K": ("top-k", "-1"),
+        "CONCURRENCY": ("concurrency", "2"), "Q_KEY": ("q-key", "q"), "ANSWER_KEY": ("answer-key", "a")},
+    "data/select_rl.sh": {
+        "BACKEND": ("backend", "hf"), "TEMPERATURE": ("temperature", "0.5"), "TOP_P": ("top-p", "0.8"),
+        "TOP_K": ("top-k", "3"), "CONCURRENCY": ("concurrency", "2"), "THRESHOLD": ("threshold", "0.5"),
+        "SCORER": ("scorer", "em"), "EXCLUDE_BY": ("exclude-by", "id"), "SELECT_SEED": ("seed", "3"),
+        "DATA_SOURCE": ("data-source", "ds"), "ABILITY": ("ability", "ab"), "ID_KEY": ("id-key", "i")},
+    "data/distill.sh": {
+        "RUNS_PER_QUESTION": ("runs-per-question", "2"), "CONCURRENCY": ("concurrency", "3"), "TASK": ("task", "web"),
+        "Q_KEY": ("q-key", "q"), "ID_KEY": ("id-key", "i"), "DATASET_NAME": ("name", "dn"),
+        "SFT_FORMAT": ("format", "both"), "PROMPT_STYLE": ("prompt-style", "system")},
+    "data/prepare_rl.sh": {"AGENT_NAME": ("agent-name", "none")},
+}
+
+
+def _afm_commands(stdout: str) -> list[tuple[str, list[str]]]:
+    """(afm subcommand, its arguments) of each command a dry run printed."""
+    import shlex
+
+    found = []
+    for line in stdout.splitlines():
+        words = shlex.split(line.split("] ", 1)[1]) if line.startswith("[") and "] " in line else []
+        if words[1:3] == ["-m", "afm.cli"]:
+            words = words[3:]
+        elif words[:1] == ["afm"]:
+            words = words[1:]
+        else:
+            continue
+        found.append((words[0], words[1:]) if words[0] == "infer" else (" ".join(words[:2]), words[2:]))
+    return found
+
+
+def _afm_parser(command: str):
+    import argparse
+    import importlib
+
+    from afm.agent.infer import add_args
+    from afm.data.cli import COMMANDS
+
+    if command == "infer":
+        parser = argparse.ArgumentParser()
+        add_args(parser)
+        return parser
+    module = importlib.import_module(COMMANDS[command.split()[1]][0])
+    return (getattr(module, "build_parser", None) or module._parser)()
+
+
+@pytest.mark.parametrize("script", sorted(DATA_RUNS))
+def test_data_and_inference_commands_restate_no_afm_default(script, tmp_path):
+    """A flag the afm command defaults the same way is passed only when its knob is set: the default is written once,
+    in afm (`afm infer --help`, `afm data ... --help`), not again in the script (failed before on every script here:
+    inference.sh printed --backend openai --top-p 0.9 ..., distill.sh --concurrency 8 ..., prepare_rl.sh
+    --agent-name afm_agent)."""
+    args, env = DATA_RUNS[script]
+    proc = _run(script, *args, cwd=tmp_path, PYTHON="python3", DRY_RUN="1", **env)
+    assert proc.returncode == 0, proc.stderr
+    commands = _afm_commands(proc.stdout)
+    assert commands, proc.stdout
+    source = (REPO / script).read_text(encoding="utf-8")
+    for command, argv in commands:
+        parser = _afm_parser(command)
+        parsed = vars(parser.parse_known_args(argv)[0])
+        # a flag with a literal value in the script's code is a task's recipe (prepare_rl.sh's --ability qa), no knob
+        given = {a.dest for a in parser._actions for flag in a.option_strings if flag in argv
+                 and f"{flag} {argv[argv.index(flag) + 1]}" not in source}
+        assert not [d for d in given if parsed[d] == parser.get_default(d)], (script, command, argv)
+    knobs = AFMS_DEFAULTS[script]
+    proc = _run(script, *args, cwd=tmp_path, PYTHON="python3", DRY_RUN="1", **env,
+                **{name: value for name, (_, value) in knobs.items()})
+    assert proc.returncode == 0, proc.stderr
+    printed: dict[str, str] = {}
+    for _, argv in _afm_commands(proc.stdout):
+        printed.update({a[2:]: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")})
+    assert {flag: printed.get(flag) for flag, _ in knobs.values()} == dict(knobs.values())
+
+
+@pytest.mark.parametrize(("script", "mode"), [("inference/inference.sh", None), ("data/select_rl.sh", "web"),
+                                              ("data/select_rl.sh", "code")])
+def test_data_and_inference_help_lists_the_defaults_they_run_with(script, mode, tmp_path):
+    """The scripts' own defaults are written once (AFM_DEFAULTS, per mode for select_rl.sh): --help lists them and
+    the dry run uses them."""
+    text = _run(script, "--help").stdout
+    heading = f"\nDefaults with MODE={mode}:\n" if mode else "\nDefaults:\n"
+    block = text.split(heading, 1)[1].split("\n\n", 1)[0]
+    defaults = dict(line.split(None, 1) for line in block.splitlines() if line.strip())
+    assert defaults
+    env = {**DATA_RUNS[script][1], **({"MODE": mode} if mode else {})}
+    infer = next(argv for command, argv in _afm_commands(_run(script, cwd=tmp_path, PYTHON="python3", DRY_RUN="1",
+                                                              **env).stdout) if command == "infer")
+    flags = {"MAX_TURNS": "--max-turns", "N_SAMPLES": "--n", "PROMPT": "--prompt"}
+    assert {name: infer[infer.index(flags[name]) + 1] for name in defaults} == defaults
+
+
+def test_serve_model_port_is_the_port_afm_infer_calls():
+    """One fact in two languages, checked equal: serve_model.sh's default PORT (its AFM_DEFAULTS) is the port of afm
+    infer's / afm eval run's --base-url default (afm/agent/infer.py), so the scripts work together with neither set.
+    (Deriving one from the other would need Python in serve_model.sh's dry run, or bash in afm's CLI.)"""
+    from urllib.parse import urlsplit
+
+    text = _run("evaluation/serve_model.sh", "--help").stdout
+    defaults = dict(line.split(None, 1) for line in text.split("\nDefaults:\n", 1)[1].splitlines() if line.strip())
+    assert str(urlsplit(_infer_default("base-url")).port) == defaults["PORT"]
+
+
 def test_engine_knob_reaches_eval_and_inference(tmp_path):
     """ENGINE, as serve_model.sh names the engine, becomes --engine of afm eval run / afm infer (BACKEND=openai);
     unset it is left to afm's auto; an unknown engine stops with one line."""
