@@ -89,6 +89,15 @@ def test_verl_style_call_with_extra_kwargs():
     assert set(result) == set(train) == set(RESULT_KEYS)
 
 
+def test_answer_after_a_block_the_model_left_open_is_scored():
+    # a real model (the SFT'd Gemma 3 270M, issue 24) closed its <plan> with a made-up tag; the answer still counts
+    text = ("<think>Town 8898: the founding year.</think>\n<plan>1. Find it. 2. Answer.</subtracting>\n"
+            "<wiki_search> Town 8898</wiki_search>\n\n<observation>\nTown 8898 was founded in 1541.\n</observation>"
+            "\n\n<answer> 1541</answer>")
+    result = compute_score("hotpotqa", text, ["1541"])
+    assert result["acc"] == 1.0 and result["pred"] == "1541"
+
+
 def test_wrong_answer_and_missing_answer():
     wrong = compute_score("triviaqa", traj("Lyon"), ["Paris"])
     assert (wrong["score"], wrong["acc"], wrong["pred"]) == (0.0, 0.0, "Lyon")

@@ -126,6 +126,20 @@ def test_last_tool_call_after_a_block_the_model_left_open():
     assert last_tool_call("<plan>open and a stray </web_search>") is None
 
 
+# the SFT'd Gemma's multihop trajectory (issue 24): <plan> closed by a made-up tag, so the strict scan runs the plan to
+# the end of the text and the answer is never seen
+LEFT_OPEN = ("<think>Citizen 9404: I need the birthplace.</think>\n<plan>1. Find the birthplace. 2. Answer.</subtract>\n"
+             "<wiki_search> Citizen 9404</wiki_search>\n\n<observation>\nCitizen 9404 was born in Town 4584.\n"
+             "</observation>\n\n<think>Check it.</think>\n<answer> 1541</answer> <answer> 199404</answer>")
+
+
+def test_last_answer_after_a_block_the_model_left_open():
+    assert last_answer(LEFT_OPEN) == "199404"  # the last <answer>...</answer>, as the original's rewards read it
+    assert last_answer("<answer>a</answer><plan>open <answer> b </answer> words") == "b"
+    assert last_answer("<answer>a</answer><plan>open, no answer after it") == "a"
+    assert last_answer("<plan>open <answer>unclosed") is None
+
+
 def test_stop_strings():
     assert stop_strings(["web_search", "crawl_page"]) == ["</web_search>", "</crawl_page>", "</answer>"]
     with pytest.raises(ValueError, match="not a tool"):

@@ -190,8 +190,19 @@ def last_tool_call(text: str, registry: TagRegistry | None = None) -> ToolCall |
 
 
 def last_answer(text: str, registry: TagRegistry | None = None) -> str | None:
-    """Body of the last closed ``<answer>`` block (stripped), or None when there is none."""
-    answers = [s for s in parse(text, registry) if s.tag == "answer" and s.closed]
+    """Body of the last closed ``<answer>`` block (stripped), or None when there is none.
+
+    When the model left a block open (``<plan>… </made_up>``), the strict scan runs it to the end of the text; the
+    last ``<answer>…</answer>`` inside that tail still counts, as the original's rewards read it (the last match)."""
+    segments = parse(text, registry)
+    tail = segments[-1] if segments else None
+    if tail is not None and tail.tag is not None and not tail.closed:
+        body = tail.body
+        end = body.rfind("</answer>")
+        start = body.rfind("<answer>", 0, end) if end >= 0 else -1
+        if start >= 0:
+            return body[start + len("<answer>") : end].strip()
+    answers = [s for s in segments if s.tag == "answer" and s.closed]
     return answers[-1].body.strip() if answers else None
 
 
