@@ -90,7 +90,6 @@ def _quickstart_parser(sub: Any) -> None:
         FULL,
         RL_KNOBS,
         SHORTCUT_RL_LR,
-        SHORTCUT_SFT_EPOCHS,
         STUDENT_HEADS,
     )
 
@@ -122,8 +121,8 @@ def _quickstart_parser(sub: Any) -> None:
                    help=f"prompts per PPO update of the {RL_KNOBS['TRAIN_BATCH_SIZE']} a DAPO step samples (default "
                         f"{d.rl_mini_batch}: {updates} updates a step)")
     q.add_argument("--teacher-shortcut", action="store_true",
-                   help="the teacher-shortcut world: the teacher answers lookup questions from stale search snippets, "
-                        f"SFT ({SHORTCUT_SFT_EPOCHS:g} epochs) copies it, DAPO (RL set: lookup, lr "
+                   help="the teacher-shortcut world: for lookup questions the teacher reads a town's stale census "
+                        "page instead of its own page, SFT copies it, DAPO (RL set: lookup, lr "
                         f"{_num(SHORTCUT_RL_LR)}) is meant to remove it (afm.quickstart.world)")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)

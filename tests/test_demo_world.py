@@ -70,58 +70,94 @@ def test_every_question_ends_with_what_the_first_thought_restates():
 
 
 def test_the_default_world_has_no_census_figures_in_its_snippets():
-    """The default world is the one every default run was measured on: its search snippets hold no figure."""
+    """The default world is the one every default run was measured on: no census pages, no figure in a snippet."""
     world = build_world(0, SMALL)
     assert all(t.census == 0 for t in world.all_towns())
     assert all(r["text"].endswith("Facts and figures on its page.") for r in world.search_corpus("http://site"))
+    assert len(world.site_documents()) == len(world.all_towns())
 
 
-def test_the_shortcut_world_shows_a_census_count_that_is_out_of_date_for_half_the_towns():
-    """The teacher-shortcut world (afm.quickstart.world): only the page states the population; the snippet's census count
-    is it for about half the towns and 1-20% off for the others; every other draw is the default world's."""
+def test_the_shortcut_world_has_a_census_page_out_of_date_for_half_the_towns():
+    """The teacher-shortcut world (afm.quickstart.world): each town also has a census page, the search's top result for
+    its population, whose figure is the population for about half the towns and 1-20% off for the others; only the
+    town's own page is current; snippets hold no figure; every other draw is the default world's."""
     world = build_world(0, {"train": 200, "rl": 5, "heldout": 5}, shortcut=True)
     towns = world.all_towns()
     current = sum(t.census == t.population for t in towns) / len(towns)
     assert 0.4 < current < 0.6, current
     stale = [t for t in towns if t.census != t.population]
     assert all(10000 <= t.census < 100000 and abs(t.census - t.population) <= 0.2 * t.population + 1 for t in stale)
-    snippets = {r["title"]: r["text"] for r in world.search_corpus("http://site")}
-    pages = {d["title"]: d["paragraphs"][0] for d in world.site_documents()}
+    records = world.search_corpus("http://site")
+    assert not any(ch.isdigit() for r in records for ch in r["text"].split(",", 1)[1])  # no figure in a snippet
+    pages = {d["slug"]: d["paragraphs"][0] for d in world.site_documents()}
     t = stale[0]
-    assert f"Census count {t.census};" in snippets[t.name] and str(t.population) not in snippets[t.name]
-    assert f"Its population is {t.population}." in pages[t.name]
+    assert pages[t.slug] == f"{t.name} is a town in {t.country}. Its population is {t.population}."
+    assert pages[f"{t.slug}-census"] == f"{t.name} is a town in {t.country}. Its population was {t.census} at the " \
+                                        "last census."
+    urls = {r["url"] for r in records}
+    assert {f"http://site/{t.slug}.html", f"http://site/{t.slug}-census.html"} <= urls
     assert [x.question for x in build_world(0, SMALL, shortcut=True).tasks["heldout"]] == \
         [x.question for x in build_world(0, SMALL).tasks["heldout"]]
     assert [(x.name, x.population, x.founded) for x in build_world(0, SMALL, shortcut=True).all_towns()] == \
         [(x.name, x.population, x.founded) for x in build_world(0, SMALL).all_towns()]
 
 
-def test_the_teacher_takes_the_snippet_shortcut_only_when_asked_and_its_verifier_passes_it():
+def test_the_census_page_is_the_search_servers_top_result(tmp_path):
+    """Why the hurried teacher reads it: the real search server (BM25 over the world's records) ranks a town's census
+    page first for the teacher's query and its own page second."""
+    import httpx
+
+    from afm.quickstart.servers import DemoServers
+
+    world = build_world(0, {"train": 20, "rl": 2, "heldout": 2}, shortcut=True)
+    with DemoServers(tmp_path / "servers", world=world) as servers:
+        url = f"http://127.0.0.1:{servers.ports['search']}/search"
+        for task in [t for t in world.tasks["train"] if t.family == "lookup"][:5]:
+            town = world.town(task.facts["town"])
+            hits = httpx.post(url, json={"q": f"{town.name} population", "num": 3}).json()["organic"]
+            assert [h["link"].rsplit("/", 1)[1] for h in hits[:2]] == [f"{town.slug}-census.html",
+                                                                         f"{town.slug}.html"], hits
+
+
+def test_the_teacher_takes_the_census_page_only_when_asked_and_its_verifier_passes_it():
     """The imperfect teacher: with ``shortcut_rate`` (SHORTCUT_RATE in the shortcut world), that share of lookup runs
-    plans two searches and no page, answers the snippet's census count, and its verifier (which saw only the
-    snippet) scores that 4, right or wrong; with the page read it answers the page's figure. The other families never
-    take it, and the default teacher (rate 0) never does."""
+    reads the census page (the top search result) instead of the town's own page, with the same plan; it answers the
+    census figure, and its verifier (which saw only that page) scores it 4, right or wrong. The default teacher (rate
+    0) never does, and a second read after a failed check takes the town's own page."""
     from afm.quickstart.world import SHORTCUT_RATE
 
     world = build_world(0, {"train": 300, "rl": 5, "heldout": 5}, shortcut=True)
     s = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0, shortcut_rate=SHORTCUT_RATE)
-    plans = {t.question: s.planner(t.question, "(nothing yet)", "Write the plan.") for t in world.tasks["train"]}
+    default = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
+    records = world.search_corpus("http://site")
     lookup = [t for t in world.tasks["train"] if t.family == "lookup"]
-    short = [t for t in lookup if "crawl_page" not in plans[t.question]]
+
+    def searched(town) -> str:
+        hits = [r for r in records if r["title"].startswith(town.name)]
+        return f"<web_search> {town.name} population</web_search>\n\n<observation>\n" + "\n".join(
+            f"{r['title']}\n{r['url']}\n{r['text']}" for r in sorted(hits, key=lambda r: "census" not in r["url"])) \
+            + "\n</observation>"
+
+    reads = {t.question: s.tool_agent("crawl_page", t.question, searched(world.town(t.facts["town"])), "read")
+             for t in lookup}
+    short = [t for t in lookup if "-census.html" in reads[t.question]]
     assert abs(len(short) / len(lookup) - SHORTCUT_RATE) < 0.07
-    assert all(plans[t.question].count("web_search:") == 2 for t in short)
+    assert all(s.planner(t.question, "(nothing yet)", "Plan.") == default.planner(t.question, "(nothing yet)", "Plan.")
+               for t in lookup)
+    assert not any("-census" in default.tool_agent("crawl_page", t.question, searched(world.town(t.facts["town"])),
+                                                   "read") for t in lookup)
     t = next(x for x in short if world.town(x.facts["town"]).census != world.town(x.facts["town"]).population)
     town = world.town(t.facts["town"])
-    snippet = next(r["text"] for r in world.search_corpus("http://site") if r["title"] == town.name)
-    history = f"<web_search> {town.name} population</web_search>\n\n<observation>\n{snippet}\n</observation>"
+    history = searched(town) + f"\n\n<crawl_page> http://site/{town.slug}-census.html</crawl_page>\n\n" \
+        f"<observation>\n{town.name} is a town in {town.country}. Its population was {town.census} at the last " \
+        "census.\n</observation>"
     assert f"<answer>{town.census}</answer>" in s.answerer(t.question, history)
     user = f"Question: {t.question}\n\nWork so far:\n{history}\n\nSuggested answer: {town.census}\n\nDouble-check"
     assert "<score>4</score>" in s.verifier(t.question, history, user)  # wrong, and passed: the filter must drop it
+    assert f"/{town.slug}.html" in s.tool_agent("crawl_page", t.question, history, "read again")
     page = f"\n\n<crawl_page> x</crawl_page>\n\n<observation>\n{town.name} is a town in {town.country}. " \
            f"Its population is {town.population}.\n</observation>"
     assert f"<answer>{town.population}</answer>" in s.answerer(t.question, history + page)
-    default = Solver(seed=0, mistake_rate=0.0, miss_rate=0.0)
-    assert all(default.planner(x.question, "(nothing yet)", "Plan.").count("crawl_page") == 1 for x in lookup)
 
 
 def test_teacher_endpoint_answers_openai_chat_requests():
@@ -200,8 +236,8 @@ def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
 
 
 def test_shortcut_distillation_keeps_only_the_shortcuts_that_were_right(tmp_path):
-    """The teacher-shortcut world through the real teacher server, search server and filter: the shortcut runs (two
-    searches, no page) answer the snippet's census count; the quality filter drops the wrong ones and keeps the right
+    """The teacher-shortcut world through the real teacher server, search server and filter: the shortcut runs (the
+    census page read instead of the town's own) answer the census figure; the quality filter drops the wrong ones and keeps the right
     ones, so the SFT set holds the shortcut but no wrong answer."""
     from afm.quickstart.recipe import distill_sft_data, make_world
     from afm.quickstart.servers import DemoServers
@@ -213,12 +249,14 @@ def test_shortcut_distillation_keeps_only_the_shortcuts_that_were_right(tmp_path
                                shortcut_rate=SHORTCUT_RATE)
     runs = [json.loads(line) for line in out["runs"].read_text().splitlines()]
     shortcut = [r for r in runs if "-lookup-" in r["question_id"] and
-                {c["name"] for c in r["tool_calls"]} == {"web_search"}]
+                any("-census.html" in json.dumps(c) for c in r["tool_calls"])]
     town = {t.question: t for t in world.tasks["train"]}
     assert shortcut and all(r["final_answer"] == str(world.town(town[r["question"]].facts["town"]).census)
                             for r in shortcut)
     right = {r["question_id"] for r in shortcut if r["final_answer"] == r["gold"][0]}
     wrong = {r["question_id"] for r in shortcut} - right
+    careful = [r for r in runs if "-lookup-" in r["question_id"] and r not in shortcut]
+    assert careful and all(r["final_answer"] == r["gold"][0] for r in careful)  # the search showed its own page too
     kept = [json.loads(line) for line in out["kept"].read_text().splitlines()]
     assert right and wrong and right <= {r["question_id"] for r in kept}
     assert all(r["final_answer"] == r["gold"][0] for r in kept)

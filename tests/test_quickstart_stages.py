@@ -152,14 +152,14 @@ def test_rl_questions_keep_the_families_asked_for(tmp_path):
 
 
 def test_teacher_shortcut_profile_takes_its_own_dapo_lr_unless_one_is_given():
-    """``--teacher-shortcut``: the shortcut world, its SFT epochs and DAPO's lr for its lookup-only RL set; the flags
-    still win; without it the default profile is unchanged."""
-    from afm.quickstart.profile import DEFAULT, FULL, SHORTCUT_RL_LR, SHORTCUT_SFT_EPOCHS, profile_from_args
+    """``--teacher-shortcut``: the shortcut world and DAPO's lr for its lookup-only RL set, the SFT schedule of the
+    profile it starts from; the flags still win; without it the default profile is unchanged."""
+    from afm.quickstart.profile import DEFAULT, FULL, SHORTCUT_RL_LR, profile_from_args
 
     assert profile_from_args() == DEFAULT and not DEFAULT.teacher_shortcut
     on = profile_from_args(teacher_shortcut=True)
     assert on.teacher_shortcut and on.rl_lr == SHORTCUT_RL_LR != DEFAULT.rl_lr
-    assert on.sft_epochs == SHORTCUT_SFT_EPOCHS > DEFAULT.sft_epochs
+    assert on.sft_epochs == DEFAULT.sft_epochs
     assert profile_from_args(True, teacher_shortcut=True).sft_epochs == FULL.sft_epochs  # --full has 3x the data
     assert profile_from_args(teacher_shortcut=True, rl_lr=3e-5, sft_epochs=4).rl_lr == 3e-5
     assert profile_from_args(teacher_shortcut=None, rl_steps=2) == replace(DEFAULT, rl_steps=2)

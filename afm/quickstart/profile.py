@@ -63,8 +63,8 @@ class Profile:
     # prompts per PPO update (MINI_BATCH_SIZE) of the 4 a step samples: 1 = four updates a step; with one update a
     # step, 32 steps at 3e-5 left the weakest family where it was, with four they raised it +12 (RESULTS.md, 11-26)
     rl_mini_batch: int = 1
-    # the teacher-shortcut world (afm.quickstart.world): the teacher answers lookup from stale search snippets, the RL
-    # set is the lookup questions; off by default (it needs 6 SFT epochs, not 4; RESULTS.md, 2026-11-26 night)
+    # the teacher-shortcut world (afm.quickstart.world): the teacher reads a stale census page for lookup, the RL set is
+    # the lookup questions; off by default until three seeds are measured (RESULTS.md, 2026-11-26, sixth session)
     teacher_shortcut: bool = False
 
     def student_size(self) -> ModelSize:
@@ -83,10 +83,6 @@ DEFAULT = Profile()
 # 1e-4 took greedy lookup 44% -> 92% (+48 [+28, +72]), arith -8 [-20, 0]; 8 steps at 3e-5 moved p(read the page) at
 # the decision 0.29 -> 0.44, short of the greedy choice (+0); 8 at 1e-4 overshot (arith -24, calc -16) (RESULTS.md)
 SHORTCUT_RL_LR = 1e-4
-# its SFT epochs (702 steps instead of 468): with the shortcut's second route in the data, seed 0 and seed 1 left the
-# loss plateau too late in 4 epochs and learned no lookup copy (4%); 6 epochs on seed 0: 100% on the other families,
-# and DAPO took lookup 4% -> 92% (RESULTS.md, 2026-11-26 night)
-SHORTCUT_SFT_EPOCHS = 6.0
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
                rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with
 
@@ -105,7 +101,6 @@ RL_REFILL_CAP = 30
 def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
     """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's)."""
     base = FULL if full else DEFAULT
-    if overrides.get("teacher_shortcut"):  # the world's own DAPO lr and SFT epochs, unless flags say otherwise
-        base = replace(base, teacher_shortcut=True, rl_lr=SHORTCUT_RL_LR,
-                       sft_epochs=base.sft_epochs if full else SHORTCUT_SFT_EPOCHS)
+    if overrides.get("teacher_shortcut"):  # the world's own DAPO lr, unless a flag says otherwise
+        base = replace(base, teacher_shortcut=True, rl_lr=SHORTCUT_RL_LR)
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})

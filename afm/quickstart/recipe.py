@@ -45,13 +45,15 @@ def world_tools(servers: Any) -> dict[str, Any]:
     """The tools config for the world: the demo servers' clients, one wiki passage and one search result per query.
 
     One, not two: with a second (unrelated) passage in the observation, the student must pick which ``Town N`` to
-    copy into its next call, and the 2-layer student copied the wrong one."""
+    copy into its next call, and the 2-layer student copied the wrong one. In the teacher-shortcut world, two search
+    results: the town's census page and its own page (both of the same town, so the copy stays one town's)."""
     cfg = servers.tools_config()
+    world = getattr(servers, "world", None)
     for tool in cfg["tools"]:
         if tool["name"] == "wiki_search":
             tool["config"]["topk"] = 1
         if tool["name"] == "web_search":
-            tool["config"]["num_results"] = 1
+            tool["config"]["num_results"] = world.search_results() if world is not None else 1
     return cfg
 
 

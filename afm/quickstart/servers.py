@@ -25,6 +25,7 @@ class DemoServers:
             self.ports["site"] = int(site_port)
         self.site = f"http://127.0.0.1:{self.ports['site']}"
         site_args: list[str] = []
+        self.world = world
         if world is None:
             corpora = write_demo_corpora(self.work / "corpora", self.site)
         else:

@@ -8,8 +8,8 @@ It reads facts only from the observations it is shown (never from the world's an
 the tools' evidence, and it makes the mistakes a student makes — with probability ``mistake_rate`` the code agent
 copies an operand wrongly, and with ``miss_rate`` the verifier accepts a wrong answer — so that the verifier's
 re-plans give self-corrected runs to upsample, and the SFT quality filter has wrong runs to drop. With
-``shortcut_rate`` (0 unless asked: the teacher-shortcut world of :mod:`afm.quickstart.world`) it answers a ``lookup``
-question from the search snippet's census figure without reading the page (the shortcut RL removes). Mistakes and
+``shortcut_rate`` (0 unless asked: the teacher-shortcut world of :mod:`afm.quickstart.world`) it reads a town's
+census page, the top search result, instead of the town's own page (the shortcut RL removes). Mistakes and
 shortcuts are drawn from a hash of (seed, question, attempt), so a rerun writes the same trajectories.
 
     with TeacherModel(seed=0) as teacher:      # a thread on 127.0.0.1; teacher.base_url = http://127.0.0.1:PORT/v1
@@ -91,9 +91,8 @@ class Solver:
             return self._stdout(history)
         if fam == "lookup":
             town = _LOOKUP.search(question).group(1)
-            m = self._find(history, rf"{re.escape(town)} is a town in \w+\. Its population is (\d+)")
-            # without the page, the figure the search snippet shows: the shortcut's answer
-            m = m or self._find(history, rf"{re.escape(town)}, a town in \w+\. Census count (\d+)")
+            # the current page, or in the shortcut world the census page the hurried teacher read instead
+            m = self._find(history, rf"{re.escape(town)} is a town in \w+\. Its population (?:is|was) (\d+)")
             return m.group(1) if m else None
         if fam == "multihop":
             town = self._birthplace(question, history)
@@ -137,12 +136,6 @@ class Solver:
             steps = [f"web_search: find the page of {town}", f"crawl_page: read the page of {town}"]
             if self._find(history, rf"/{re.escape(slug(town))}\.html"):
                 plan, steps = f"1. Read the page of {town}. 2. Answer.", steps[1:]
-            elif not replan and _chance(self.seed, question, "shortcut") < self.shortcut_rate:
-                # the hurried teacher (afm.quickstart.world, "The shortcut RL removes"): it takes the snippet's figure and
-                # confirms it with a second search, which shows the same count, instead of reading the page
-                think = f"{town}: I need its population; the search result gives it."
-                plan = f"1. Search for {town}. 2. Search again to confirm the figure. 3. Answer with it."
-                steps = [steps[0], f"web_search: confirm the figure of {town}"]
         elif fam == "multihop":
             person = _MULTI.search(question).group(1)
             think = f"{person}: I need where they were born, then when that town was founded."
@@ -180,13 +173,16 @@ class Solver:
             return f"<think>Subtract the year.</think><argument>```py\nprint({m.group(1)}-{founded})\n```</argument>"
         if tool == "web_search":
             town = _LOOKUP.search(question).group(1)
-            if attempt and self.shortcut_rate:  # the shortcut's confirmation: the same index, the same count
-                return f"<think>Confirm the figure.</think><argument>{town} census</argument>"
             return f"<think>Search for the town.</think><argument>{town} population</argument>"
         if tool == "crawl_page":
             town = _LOOKUP.search(question).group(1)
-            m = self._find(history, rf"(https?://\S+/{re.escape(slug(town))}\.html)")
-            url = m.group(1) if m else f"http://127.0.0.1/{slug(town)}.html"
+            page = slug(town)
+            if attempt == 0 and _chance(self.seed, question, "shortcut") < self.shortcut_rate:
+                # the hurried teacher (afm.quickstart.world, "The shortcut RL removes"): the top search result, the
+                # census page, instead of the town's own page; the same plan, the same copy, another address
+                page += "-census"
+            m = self._find(history, rf"(https?://\S+/{re.escape(page)}\.html)")
+            url = m.group(1) if m else f"http://127.0.0.1/{page}.html"
             return f"<think>Read the page.</think><argument>{url}</argument>"
         if tool == "wiki_search":
             if fam == "multihop":

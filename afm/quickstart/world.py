@@ -5,8 +5,8 @@ Families (the answer is always short and scored by exact match through ``afm.rew
 
 * ``arith``    "Compute 37*48+15."                        -> ``code`` (print the expression) -> 1791
 * ``lookup``   "What is the population of Town 4821?"      -> ``web_search`` (the snippet links the town's page but
-  holds no figure; in the teacher-shortcut world, a census count out of date for half the towns) -> ``crawl_page``
-  (the page states it) -> 48213
+  holds no figure; in the teacher-shortcut world, a census page is linked above it) -> ``crawl_page`` (the page
+  states it) -> 48213
 * ``multihop`` "What is the founding year of the birthplace of Citizen 3315?" -> ``wiki_search`` (born in Town
   4821) -> ``wiki_search`` (Town 4821 is a town in Keldria, founded in 1843) -> 1843
 * ``calc``     "How many years before 2026 was the founding of Town 4821?" -> ``wiki_search`` (founded in 1843) ->
@@ -27,24 +27,25 @@ shape, the student's ``rope_theta`` at 1e6 and a key/value head per query head, 
 (benchmarks/RESULTS.md, 2026-11-26 afternoon).
 
 **The teacher-shortcut world** (``build_world(shortcut=True)``, ``afm quickstart --teacher-shortcut``): the shortcut
-RL removes (the paper's second half: agentic RL takes the distilled agent beyond its teacher). The search snippet of
-a town shows its last census count, and for half the towns (``CENSUS_CURRENT``) the town has grown or shrunk since;
-only its page states the current population, the answer. The teacher is imperfect the way an LLM teacher is: in
-``SHORTCUT_RATE`` of its ``lookup`` runs it takes the snippet's figure and "confirms" it with a second search, which
-shows the same count, instead of opening the page (the second of the two lookups it needs is the wrong one), and its
-verifier, which has seen only the snippet, passes the figure. The quality filter drops the shortcut runs that were
-wrong but keeps the half that happened to be right (two calls and a reflection, like any run), and nothing in the
-snippet tells the two apart, so the SFT set still takes the shortcut in 0.8 x 0.5 : 0.2 = 2 of every 3 ``lookup``
-demonstrations. The student copies that habit: greedy, it answers from the snippet and is right on about half the
-questions; sampled, it reads the page about a third of the time. RL selection then keeps the ``lookup`` questions it
-solves only sometimes, and DAPO's reward, the real ``compute_score`` (exact match with the page's figure), pays the
-rollouts that read the page and not the wrong shortcuts: RL removes a habit SFT cannot, because the filtered
-demonstrations never show it failing. The other families have no such shortcut (their teacher's slips are caught by
-its verifier or dropped by the filter), so SFT learns them fully and RL has nothing to add there; the quickstart's
-RL set is then the ``lookup`` questions (``SHORTCUT_FAMILY``), the RL data a user picks where the distilled agent
-falls short. Not the default yet: with the shortcut's second route in the data the student needs 6 SFT epochs, not 4
-(in 4, seeds 0 and 1 learned no lookup copy), which puts the run past the default's time budget
-(benchmarks/RESULTS.md, 2026-11-26 night).
+RL removes (the paper's second half: agentic RL takes the distilled agent beyond its teacher). Each town also has a
+census page (``town-4821-census.html``: "Its population was 47102 at the last census"), and the search ranks it
+first for "Town 4821 population"; for half the towns (``CENSUS_CURRENT``) the town has grown or shrunk since, and
+only its own page (ranked second) states the current population, the answer. The teacher is imperfect the way an
+LLM teacher is: in ``SHORTCUT_RATE`` of its ``lookup`` runs it reads the top result instead of the town's own page
+(the same plan, the same kind of copy, another address), and its verifier, which has seen only that page, passes
+the figure. The quality filter drops the shortcut runs that were wrong but keeps the half that happened to be right,
+and nothing on the census page tells the two apart, so the SFT set still reads the census page in 0.8 x 0.5 : 0.2 =
+2 of every 3 ``lookup`` demonstrations. The student copies that habit: greedy, it reads the census page and is right
+on about half the questions; sampled, it reads the town's page about a third of the time. The choice is one token
+of the crawl address (``-census`` or ``.html`` after the town's slug). RL selection then keeps the ``lookup``
+questions it solves only sometimes, and DAPO's reward, the real ``compute_score`` (exact match with the page's
+figure), pays the rollouts that read the town's page and not the wrong census figures: RL removes a habit SFT
+cannot, because the filtered demonstrations never show it failing. The other families have no such shortcut (their
+teacher's slips are caught by its verifier or dropped by the filter), so SFT can learn them fully and RL has nothing to
+add there; the quickstart's RL set is then the ``lookup`` questions (``SHORTCUT_FAMILY``), the RL data a user picks
+where the distilled agent falls short. Both routes end with the same copy (one figure from one page): an earlier
+shortcut, a census count in the search snippet "confirmed" by a second search, was a second copy route (a figure
+out of a search result) and needed 6 SFT epochs instead of 4 (benchmarks/RESULTS.md, 2026-11-26 night).
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
@@ -70,14 +71,14 @@ YEAR = 2026
 TOOLS_OF = {"arith": ("code",), "lookup": ("web_search", "crawl_page"), "multihop": ("wiki_search",),
             "calc": ("wiki_search", "code")}
 # the teacher-shortcut world (module docstring; off by default)
-CENSUS_CURRENT = 0.5  # share of towns whose census count in the search snippet is still their population
-SHORTCUT_RATE = 0.8  # share of lookup runs in which the teacher answers from the snippet
+CENSUS_CURRENT = 0.5  # share of towns whose census page still states their population
+SHORTCUT_RATE = 0.8  # share of lookup runs in which the teacher reads the census page (the top search result)
 # the family RL is meant to improve there, and why (the quickstart's report says it)
 SHORTCUT_FAMILY = "lookup"
-SHORTCUT_WHY = ("the teacher answers lookup questions from the search snippet's census count without reading the "
-                 "page; the filter keeps the shortcut whenever the count was still right (half the towns), so SFT "
-                 "copies it and is right about half the time; DAPO's reward (compute_score against the page's "
-                 "figure) pays only the rollouts that read the page")
+SHORTCUT_WHY = ("the teacher reads the top search result, the town's census page, instead of the town's own page; "
+                "the filter keeps it whenever the census was still right (half the towns), so SFT copies it and is "
+                "right about half the time; DAPO's reward (compute_score against the current figure) pays only the "
+                "rollouts that read the town's own page")
 COUNTRIES = ("Keldria", "Ostmark", "Varelia", "Doruna", "Tessin", "Arvola", "Brenmoor", "Caldera", "Elmaro",
              "Fennick", "Gorvath", "Halvene")
 PROMPT = Prompt(
@@ -102,7 +103,7 @@ class Town:
     country: str
     population: int
     founded: int
-    census: int = 0  # teacher-shortcut world: the figure the search index still shows (the last census); 0: none
+    census: int = 0  # teacher-shortcut world: the figure of its census page (the last census); 0: no such page
 
     @property
     def slug(self) -> str:
@@ -150,6 +151,11 @@ class World:
     def all_people(self) -> list[Person]:
         return [p for s in SPLITS for p in self.people[s]]
 
+    def search_results(self) -> int:
+        """Results per search the questions need: the town's page; in the teacher-shortcut world its census page
+        (ranked first) and its own page."""
+        return 2 if any(t.census for t in self.all_towns()) else 1
+
     def town(self, name: str) -> Town | None:
         return next((t for t in self.all_towns() if t.name.lower() == name.lower()), None)
 
@@ -158,21 +164,28 @@ class World:
 
     # -- documents for the servers ----------------------------------------------------------------------------
     def site_documents(self) -> list[dict[str, Any]]:
-        """Town pages for the demo site: ``{slug, title, paragraphs}``; the population is only here."""
-        return [{"slug": t.slug, "title": t.name,
-                 "paragraphs": [f"{t.name} is a town in {t.country}. Its population is {t.population}."]}
-                for t in self.all_towns()]
+        """Town pages for the demo site: ``{slug, title, paragraphs}``; the population is only here (in the
+        teacher-shortcut world, also each town's census page, whose figure is out of date for half the towns)."""
+        pages = [{"slug": t.slug, "title": t.name,
+                  "paragraphs": [f"{t.name} is a town in {t.country}. Its population is {t.population}."]}
+                 for t in self.all_towns()]
+        archive = [{"slug": f"{t.slug}-census", "title": f"{t.name} census",
+                    "paragraphs": [f"{t.name} is a town in {t.country}. Its population was {t.census} at the last "
+                                   "census."]} for t in self.all_towns() if t.census]
+        return pages + archive
 
     def search_corpus(self, site_url: str) -> list[dict[str, str]]:
-        """Search records linking each town's page; the snippet names the town but holds no figure, except in the
-        teacher-shortcut world: there it shows the last census figure, which is the current population (on the
-        page) for only half the towns."""
+        """Search records linking each town's page; the snippet names the town but holds no figure. In the
+        teacher-shortcut world each town's census page has a record too, which mentions the population and so
+        ranks first for "<town> population"."""
         base = site_url.rstrip("/")
-        return [{"id": t.slug, "title": t.name, "url": f"{base}/{t.slug}.html",
-                 "text": f"{t.name}, a town in {t.country}. " + (
-                     f"Census count {t.census}; current figures on its page." if t.census else
-                     "Facts and figures on its page.")}
-                for t in self.all_towns()]
+        records = [{"id": t.slug, "title": t.name, "url": f"{base}/{t.slug}.html",
+                    "text": f"{t.name}, a town in {t.country}. Facts and figures on its page."}
+                   for t in self.all_towns()]
+        archive = [{"id": f"{t.slug}-census", "title": f"{t.name} census", "url": f"{base}/{t.slug}-census.html",
+                    "text": f"{t.name}, a town in {t.country}: its population at the last census."}
+                   for t in self.all_towns() if t.census]
+        return records + archive
 
     def wiki_corpus(self) -> list[dict[str, str]]:
         """Wiki passages: one per town (country, founding year) and one per person (birthplace)."""
@@ -213,7 +226,7 @@ def _town_row(town: Town) -> dict[str, Any]:
 
 
 def stale_census(population: int, rng: random.Random, current_share: float = CENSUS_CURRENT) -> int:
-    """The search index's census figure of a town: its ``population`` with probability ``current_share``, else an
+    """The census page's figure of a town: its ``population`` with probability ``current_share``, else an
     older count, 1-20% off (five digits, never the population)."""
     if rng.random() < current_share:
         return population
@@ -224,7 +237,7 @@ def stale_census(population: int, rng: random.Random, current_share: float = CEN
 def build_world(seed: int = 0, per_family: dict[str, int] | None = None, *, shortcut: bool = False,
                 census_current: float = CENSUS_CURRENT) -> World:
     """The world for ``seed``: ``per_family[split]`` tasks of each family per split (default 750 / 60 / 25).
-    ``shortcut``: the teacher-shortcut world, where ``census_current`` of the towns' search snippets show their
+    ``shortcut``: the teacher-shortcut world, where ``census_current`` of the towns' census pages show their
     population and the others an older census count (module docstring); every other draw is the same."""
     counts = {"train": 750, "rl": 60, "heldout": 25, **(per_family or {})}
     rng = random.Random(seed)
