@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -128,6 +129,11 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--seed", type=int, default=0)
 
 
+def _exit_on_signal(signum: int, _frame: Any) -> None:
+    """Turn a termination signal into ``SystemExit`` (exit status 128 + the signal), so ``with`` blocks clean up."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -177,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                                     rl_steps=args.rl_steps, rl_per_family=args.rl_per_family,
                                     rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_mini_batch=args.rl_mini_batch,
                                     teacher_shortcut=args.teacher_shortcut or None)
+        # a SIGTERM (kill, timeout, a job scheduler) unwinds like Ctrl-C: the demo servers, each in a session of its
+        # own and so out of reach of a process-group kill, are stopped instead of keeping their ports
+        signal.signal(signal.SIGTERM, _exit_on_signal)
         run(args.workdir, profile, seed=args.seed, rl=not args.no_rl)
         return 0
     if args.command == "validate":

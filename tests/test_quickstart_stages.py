@@ -163,3 +163,39 @@ def test_teacher_shortcut_profile_takes_its_own_dapo_lr_unless_one_is_given():
     assert profile_from_args(True, teacher_shortcut=True).sft_epochs == FULL.sft_epochs  # --full has 3x the data
     assert profile_from_args(teacher_shortcut=True, rl_lr=3e-5, sft_epochs=4).rl_lr == 3e-5
     assert profile_from_args(teacher_shortcut=None, rl_steps=2) == replace(DEFAULT, rl_steps=2)
+
+
+def test_quickstart_stops_its_servers_on_sigterm(tmp_path):
+    """A SIGTERM to ``afm quickstart`` (kill, timeout, a scheduler) stops the demo servers it started. Each runs in a
+    session of its own, so nothing else stops them: before, they kept their ports after the run was gone (found with
+    six servers left from two killed quickstarts)."""
+    import os
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "afm.cli", "quickstart", "--workdir", str(tmp_path / "qs"),
+                             "--train-per-family", "2", "--heldout-per-family", "1", "--no-rl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=repo,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"})
+    ports: list[int] = []
+    deadline = time.monotonic() + 300
+    try:
+        for line in proc.stdout:
+            if line.startswith("servers up on 127.0.0.1:"):
+                ports = [int(p) for p in re.findall(r":(\d+)", line)]
+                break
+            assert time.monotonic() < deadline, "no 'servers up' line"
+        assert len(ports) == 4, ports
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for port in ports:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()

@@ -64,7 +64,8 @@ class Profile:
     # step, 32 steps at 3e-5 left the weakest family where it was, with four they raised it +12 (RESULTS.md, 11-26)
     rl_mini_batch: int = 1
     # the teacher-shortcut world (afm.quickstart.world): the teacher reads a stale census page for lookup, the RL set is
-    # the lookup questions; off by default until three seeds are measured (RESULTS.md, 2026-11-26, sixth session)
+    # the lookup questions; off by default: SFT copies the habit as designed, but no DAPO setting measured so far
+    # removes it (RESULTS.md, 2026-11-27 early)
     teacher_shortcut: bool = False
 
     def student_size(self) -> ModelSize:
@@ -81,7 +82,9 @@ class Profile:
 DEFAULT = Profile()
 # DAPO's learning rate in the teacher-shortcut world (its RL set: lookup only). From seed 1's SFT policy: 4 steps at
 # 1e-4 took greedy lookup 44% -> 92% (+48 [+28, +72]), arith -8 [-20, 0]; 8 steps at 3e-5 moved p(read the page) at
-# the decision 0.29 -> 0.44, short of the greedy choice (+0); 8 at 1e-4 overshot (arith -24, calc -16) (RESULTS.md)
+# the decision 0.29 -> 0.44, short of the greedy choice (+0); 8 at 1e-4 overshot (arith -24, calc -16) (RESULTS.md).
+# Those were the first design's 6-epoch policies; on the census-page design's 4-epoch policies 4 steps at 1e-4 broke
+# seed 0's format (lookup -32, arith -32) and left seed 1 unchanged (RESULTS.md, 2026-11-27 early)
 SHORTCUT_RL_LR = 1e-4
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
                rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with

@@ -66,15 +66,17 @@ class DemoServers:
             {"name": "code", "config": {"timeout": 10, "mode": "pool"}}]}
 
     def __enter__(self) -> DemoServers:
+        # everything up to the return inside the try: a signal turned into SystemExit while the "servers up" line is
+        # printed is raised in __enter__, where the with statement would not call __exit__
         try:
             for server in self.servers:
                 server.start()
+            p = self.ports
+            print(f"servers up on 127.0.0.1: demo site :{p['site']}, search :{p['search']}, crawl :{p['crawl']}, "
+                  f"wiki :{p['wiki']}", flush=True)
         except BaseException:
             self.__exit__()
             raise
-        p = self.ports
-        print(f"servers up on 127.0.0.1: demo site :{p['site']}, search :{p['search']}, crawl :{p['crawl']}, "
-              f"wiki :{p['wiki']}")
         return self
 
     def __exit__(self, *exc: object) -> None:
