@@ -35,6 +35,11 @@ import torch
 from afm.common.procs import ServerProcess, wait_http
 from afm.rl.local.hf_engine import weights_checksum
 
+# The module fixture runs the whole sequence (head, a run alone, worker, two runs, a killed run, a third node) inside
+# its first test's time limit: 576 s beside other jobs, 912 s at a load of 20-29 (the global 900 s then failed all
+# nine tests at setup). 2400 s leaves 3x+; each launch inside has its own timeout (900 s) for a real hang.
+pytestmark = pytest.mark.timeout(2400)
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "experiments" / "ray_cluster.sh"
 SCRIPT = REPO / "experiments" / "train_dapo_code_agent.sh"
