@@ -48,12 +48,11 @@ def world_tools(servers: Any) -> dict[str, Any]:
     copy into its next call, and the 2-layer student copied the wrong one. In the teacher-shortcut world, two search
     results: the town's census page and its own page (both of the same town, so the copy stays one town's)."""
     cfg = servers.tools_config()
-    world = getattr(servers, "world", None)
     for tool in cfg["tools"]:
         if tool["name"] == "wiki_search":
             tool["config"]["topk"] = 1
         if tool["name"] == "web_search":
-            tool["config"]["num_results"] = world.search_results() if world is not None else 1
+            tool["config"]["num_results"] = servers.world.search_results() if servers.world is not None else 1
     return cfg
 
 
