@@ -91,3 +91,32 @@ def test_a_failed_write_stops_the_run_cuts_the_half_line_and_a_rerun_loses_nothi
     keys = [json.loads(line)["key"] for line in after]
     assert after[: len(before)] == before and sorted(keys) == sorted(f"q#{i}" for i in range(20))
     assert json.loads(again.stdout)["done"] == 20 - len(before)
+
+
+def test_the_callers_signal_handlers_come_back_after_a_run(tmp_path):
+    """run_tasks takes SIGINT/SIGTERM for the run and gives back what it found: asyncio's removal alone leaves
+    SIGTERM at SIG_DFL, so after the quickstart's in-process `afm eval run` a SIGTERM killed it outright, leaving its
+    SFT run and a demo server behind (found 2026-11-27; the CLI's handler stops them)."""
+    import asyncio
+    import signal
+
+    from afm.agent.runner import JsonlStore, RolloutTask, run_tasks
+
+    def mine(signum, frame):  # pragma: no cover - never called
+        raise SystemExit(128 + signum)
+
+    async def run_one(task):
+        return {"key": task.key}
+
+    old = signal.signal(signal.SIGTERM, mine)
+    try:
+        store = JsonlStore(tmp_path / "out.jsonl")
+        try:
+            counts = asyncio.run(run_tasks([RolloutTask("q#0", "q")], run_one, store, progress=False))
+        finally:
+            store.close()
+        assert counts["done"] == 1
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, old)

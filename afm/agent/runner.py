@@ -160,7 +160,7 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
     skipped = len(all_tasks) - len(todo)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    installed = []
+    installed: list[tuple[signal.Signals, Any]] = []
     got: list[signal.Signals] = []
     write_error: list[StoreWriteError] = []
 
@@ -170,8 +170,9 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
+            previous = signal.getsignal(sig)
             loop.add_signal_handler(sig, on_signal, sig)
-            installed.append(sig)
+            installed.append((sig, previous))
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread, or no signals here: Ctrl-C then just raises
     bar = None
@@ -238,8 +239,12 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
             t.cancel()
         if leftovers:
             await asyncio.gather(*leftovers, return_exceptions=True)
-        for sig in installed:
+        for sig, previous in installed:
+            # asyncio's removal leaves SIGTERM at SIG_DFL: the caller's handler (afm quickstart's, which stops the
+            # demo servers and the SFT run it started) comes back instead
             loop.remove_signal_handler(sig)
+            if previous is not None:
+                signal.signal(sig, previous)
         if bar is not None:
             bar.close()
     if write_error:
