@@ -90,7 +90,7 @@ def _quickstart_parser(sub: Any) -> None:
         DEFAULT,
         FULL,
         RL_KNOBS,
-        SHORTCUT_RL_LR,
+        SHORTCUT_RL,
         STUDENT_HEADS,
     )
 
@@ -121,10 +121,13 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--rl-mini-batch", type=int, default=None,
                    help=f"prompts per PPO update of the {RL_KNOBS['TRAIN_BATCH_SIZE']} a DAPO step samples (default "
                         f"{d.rl_mini_batch}: {updates} updates a step)")
-    q.add_argument("--teacher-shortcut", action="store_true",
+    q.add_argument("--rl-temperature", type=float, default=None,
+                   help=f"sampling temperature of the RL selection and DAPO's rollouts (default {d.rl_temperature})")
+    q.add_argument("--teacher-shortcut", action=argparse.BooleanOptionalAction, default=None,
                    help="the teacher-shortcut world: for lookup questions the teacher reads a town's stale census "
                         "page instead of its own page, SFT copies it, DAPO (RL set: lookup, lr "
-                        f"{_num(SHORTCUT_RL_LR)}) is meant to remove it (afm.quickstart.world)")
+                        f"{_num(SHORTCUT_RL['rl_lr'])}, temperature {SHORTCUT_RL['rl_temperature']}) is meant to remove "
+                        "it (afm.quickstart.world; not the default yet: RESULTS.md 2026-11-27)")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
 
@@ -182,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                                     student_width=args.student_width,
                                     rl_steps=args.rl_steps, rl_per_family=args.rl_per_family,
                                     rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_mini_batch=args.rl_mini_batch,
-                                    teacher_shortcut=args.teacher_shortcut or None)
+                                    rl_temperature=args.rl_temperature, teacher_shortcut=args.teacher_shortcut)
         # a SIGTERM (kill, timeout, a job scheduler) unwinds like Ctrl-C: the demo servers, each in a session of its
         # own and so out of reach of a process-group kill, are stopped instead of keeping their ports
         signal.signal(signal.SIGTERM, _exit_on_signal)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,7 +56,11 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     trained on) scores 0: the answers are invented facts only the tools return, so the student must call each
     family's tools and copy from their observations. Not higher: which copies a 520-step student gets right varies
     from run to run (the demo site's random port is part of the data); this world measured 57%, 97.5% and 100%
-    (benchmarks/RESULTS.md 2026-11-26 afternoon)."""
+    (benchmarks/RESULTS.md 2026-11-26 afternoon).
+
+    And the RL stage must change the policy: DAPO's reward is recorded for its step and the RL policy's weights
+    differ from the SFT policy's. (Whether RL solves more is the teacher-shortcut world's question, measured by
+    benchmarks/bench_quickstart.py over seeds, not by this test: RESULTS.md 2026-11-27.)"""
     from afm.quickstart.profile import Profile
     from afm.quickstart.rl import rl_python
     from afm.quickstart.run import run
@@ -98,9 +103,19 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
         right = [r for r in rows if {name for name in r["tool_counts"] if name} == set(tools)]
         assert len(right) >= 7, (family, [r["tool_counts"] for r in rows])
     if ran_rl:
-        assert len(summary["rl_reward"]) == 1 and "rl_vs_sft" in summary["comparisons"]
+        assert len(summary["rl_reward"]) == profile.rl_steps and "rl_vs_sft" in summary["comparisons"]
         # the profile's PPO mini-batch (one prompt: four updates a step) reached verl's config
         assert "actor_rollout_ref.actor.ppo_mini_batch_size=1 " in (tmp_path / "qs" / "rl" / "dapo.log").read_text()
+        import torch
+        from safetensors.torch import load_file
+
+        before, after = (load_file(str(Path(summary["models"][k]) / "model.safetensors")) for k in ("sft", "rl"))
+        assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
+        # by a gradient, not only AdamW's weight decay: the policy loss had one at every step
+        from afm.quickstart.rl import parse_steps
+
+        steps = parse_steps((tmp_path / "qs" / "rl" / "dapo.log").read_text())
+        assert len(steps) == profile.rl_steps and all(s["actor/grad_norm"] > 0 for s in steps), steps
     saved = json.loads((tmp_path / "qs" / "summary.json").read_text())
     assert saved["stages"] == json.loads(json.dumps(stages))
     report = (tmp_path / "qs" / "report.md").read_text()

@@ -91,11 +91,11 @@ def test_the_shortcut_world_has_a_census_page_out_of_date_for_half_the_towns():
     assert not any(ch.isdigit() for r in records for ch in r["text"].split(",", 1)[1])  # no figure in a snippet
     pages = {d["slug"]: d["paragraphs"][0] for d in world.site_documents()}
     t = stale[0]
-    assert pages[t.slug] == f"{t.name} is a town in {t.country}. Its population is {t.population}."
-    assert pages[f"{t.slug}-census"] == f"{t.name} is a town in {t.country}. Its population was {t.census} at the " \
+    assert pages[t.page_slug] == f"{t.name} is a town in {t.country}. Its population is {t.population}."
+    assert pages[t.census_slug] == f"{t.name} is a town in {t.country}. Its population was {t.census} at the " \
                                         "last census."
     urls = {r["url"] for r in records}
-    assert {f"http://site/{t.slug}.html", f"http://site/{t.slug}-census.html"} <= urls
+    assert {f"http://site/pages/{t.slug}.html", f"http://site/census/{t.slug}.html"} <= urls
     assert [x.question for x in build_world(0, SMALL, shortcut=True).tasks["heldout"]] == \
         [x.question for x in build_world(0, SMALL).tasks["heldout"]]
     assert [(x.name, x.population, x.founded) for x in build_world(0, SMALL, shortcut=True).all_towns()] == \
@@ -115,8 +115,8 @@ def test_the_census_page_is_the_search_servers_top_result(tmp_path):
         for task in [t for t in world.tasks["train"] if t.family == "lookup"][:5]:
             town = world.town(task.facts["town"])
             hits = httpx.post(url, json={"q": f"{town.name} population", "num": 3}).json()["organic"]
-            assert [h["link"].rsplit("/", 1)[1] for h in hits[:2]] == [f"{town.slug}-census.html",
-                                                                         f"{town.slug}.html"], hits
+            assert [h["link"].split("/", 3)[3] for h in hits[:2]] == [f"{town.census_slug}.html",
+                                                                         f"{town.page_slug}.html"], hits
 
 
 def test_the_teacher_takes_the_census_page_only_when_asked_and_its_verifier_passes_it():
@@ -140,21 +140,21 @@ def test_the_teacher_takes_the_census_page_only_when_asked_and_its_verifier_pass
 
     reads = {t.question: s.tool_agent("crawl_page", t.question, searched(world.town(t.facts["town"])), "read")
              for t in lookup}
-    short = [t for t in lookup if "-census.html" in reads[t.question]]
+    short = [t for t in lookup if "/census/" in reads[t.question]]
     assert abs(len(short) / len(lookup) - SHORTCUT_RATE) < 0.07
     assert all(s.planner(t.question, "(nothing yet)", "Plan.") == default.planner(t.question, "(nothing yet)", "Plan.")
                for t in lookup)
-    assert not any("-census" in default.tool_agent("crawl_page", t.question, searched(world.town(t.facts["town"])),
+    assert not any("/census/" in default.tool_agent("crawl_page", t.question, searched(world.town(t.facts["town"])),
                                                    "read") for t in lookup)
     t = next(x for x in short if world.town(x.facts["town"]).census != world.town(x.facts["town"]).population)
     town = world.town(t.facts["town"])
-    history = searched(town) + f"\n\n<crawl_page> http://site/{town.slug}-census.html</crawl_page>\n\n" \
+    history = searched(town) + f"\n\n<crawl_page> http://site/{town.census_slug}.html</crawl_page>\n\n" \
         f"<observation>\n{town.name} is a town in {town.country}. Its population was {town.census} at the last " \
         "census.\n</observation>"
     assert f"<answer>{town.census}</answer>" in s.answerer(t.question, history)
     user = f"Question: {t.question}\n\nWork so far:\n{history}\n\nSuggested answer: {town.census}\n\nDouble-check"
     assert "<score>4</score>" in s.verifier(t.question, history, user)  # wrong, and passed: the filter must drop it
-    assert f"/{town.slug}.html" in s.tool_agent("crawl_page", t.question, history, "read again")
+    assert f"/pages/{town.slug}.html" in s.tool_agent("crawl_page", t.question, history, "read again")
     page = f"\n\n<crawl_page> x</crawl_page>\n\n<observation>\n{town.name} is a town in {town.country}. " \
            f"Its population is {town.population}.\n</observation>"
     assert f"<answer>{town.population}</answer>" in s.answerer(t.question, history + page)
@@ -249,7 +249,7 @@ def test_shortcut_distillation_keeps_only_the_shortcuts_that_were_right(tmp_path
                                shortcut_rate=SHORTCUT_RATE)
     runs = [json.loads(line) for line in out["runs"].read_text().splitlines()]
     shortcut = [r for r in runs if "-lookup-" in r["question_id"] and
-                any("-census.html" in json.dumps(c) for c in r["tool_calls"])]
+                any("/census/" in json.dumps(c) for c in r["tool_calls"])]
     town = {t.question: t for t in world.tasks["train"]}
     assert shortcut and all(r["final_answer"] == str(world.town(town[r["question"]].facts["town"]).census)
                             for r in shortcut)
@@ -276,7 +276,7 @@ def test_rl_selection_samples_the_policy_with_real_tools_and_writes_verls_parque
     size = ModelSize(vocab_size=512, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1)
     model = build_tiny_model(tmp_path / "student", texts, size)
     with DemoServers(tmp_path / "servers", world=world) as servers:
-        out = select_rl_data(model, root, servers, tmp_path / "select", n=2, limit=4)
+        out = select_rl_data(model, root, servers, tmp_path / "select", n=2, temperature=1.0, limit=4)
     samples = [json.loads(line) for line in out["samples"].read_text().splitlines()]
     assert len(samples) == 8 and all(s["gold"] for s in samples)
     # an untrained policy solves nothing, so no question is dropped as "solved N/N"

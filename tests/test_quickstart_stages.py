@@ -151,18 +151,30 @@ def test_rl_questions_keep_the_families_asked_for(tmp_path):
         rl_questions(root, tmp_path / "sel", ["lokup"])
 
 
-def test_teacher_shortcut_profile_takes_its_own_dapo_lr_unless_one_is_given():
-    """``--teacher-shortcut``: the shortcut world and DAPO's lr for its lookup-only RL set, the SFT schedule of the
-    profile it starts from; the flags still win; without it the default profile is unchanged."""
-    from afm.quickstart.profile import DEFAULT, FULL, SHORTCUT_RL_LR, profile_from_args
+def test_each_world_takes_its_own_dapo_settings_unless_flags_give_them():
+    """``--teacher-shortcut``: the shortcut world with its DAPO settings (lr, temperature), every other setting of the
+    profile it starts from; ``--no-teacher-shortcut`` on such a profile goes back to the plain world's; flags win."""
+    from afm.quickstart.profile import DEFAULT, FULL, PLAIN_RL, SHORTCUT_RL, profile_from_args
 
     assert profile_from_args() == DEFAULT and not DEFAULT.teacher_shortcut
+    assert {k: getattr(DEFAULT, k) for k in PLAIN_RL} == PLAIN_RL != SHORTCUT_RL
     on = profile_from_args(teacher_shortcut=True)
-    assert on.teacher_shortcut and on.rl_lr == SHORTCUT_RL_LR != DEFAULT.rl_lr
-    assert on.sft_epochs == DEFAULT.sft_epochs
-    assert profile_from_args(True, teacher_shortcut=True).sft_epochs == FULL.sft_epochs  # --full has 3x the data
-    assert profile_from_args(teacher_shortcut=True, rl_lr=3e-5, sft_epochs=4).rl_lr == 3e-5
+    assert on == replace(DEFAULT, teacher_shortcut=True, **SHORTCUT_RL)
+    assert profile_from_args(True, teacher_shortcut=True) == replace(FULL, teacher_shortcut=True, **SHORTCUT_RL)
+    assert profile_from_args(teacher_shortcut=False) == DEFAULT
+    assert profile_from_args(teacher_shortcut=True, rl_lr=3e-5).rl_lr == 3e-5
+    assert profile_from_args(teacher_shortcut=True, rl_temperature=1.0).rl_temperature == 1.0
     assert profile_from_args(teacher_shortcut=None, rl_steps=2) == replace(DEFAULT, rl_steps=2)
+    # the other way: a profile of the shortcut world switched off takes the plain world's DAPO settings
+    from afm.quickstart import profile as prof
+
+    shortcut_default = replace(DEFAULT, teacher_shortcut=True, **SHORTCUT_RL)
+    try:
+        prof.DEFAULT = shortcut_default
+        assert profile_from_args(teacher_shortcut=False) == replace(shortcut_default, teacher_shortcut=False,
+                                                                    **PLAIN_RL)
+    finally:
+        prof.DEFAULT = DEFAULT
 
 
 def test_quickstart_stops_its_servers_on_sigterm(tmp_path):

@@ -63,9 +63,11 @@ class Profile:
     # prompts per PPO update (MINI_BATCH_SIZE) of the 4 a step samples: 1 = four updates a step; with one update a
     # step, 32 steps at 3e-5 left the weakest family where it was, with four they raised it +12 (RESULTS.md, 11-26)
     rl_mini_batch: int = 1
-    # the teacher-shortcut world (afm.quickstart.world): the teacher reads a stale census page for lookup, the RL set is
-    # the lookup questions; off by default: SFT copies the habit as designed, but no DAPO setting measured so far
-    # removes it (RESULTS.md, 2026-11-27 early)
+    # the sampling temperature of the RL selection and of DAPO's rollouts (the evaluations are greedy)
+    rl_temperature: float = 1.0
+    # the teacher-shortcut world (afm.quickstart.world): the teacher reads a stale census page for lookup, SFT copies
+    # the habit, the RL set is the lookup questions; off by default: DAPO removed it in one run of the five measured
+    # so far (RESULTS.md, 2026-11-27)
     teacher_shortcut: bool = False
 
     def student_size(self) -> ModelSize:
@@ -80,12 +82,15 @@ class Profile:
 
 
 DEFAULT = Profile()
-# DAPO's learning rate in the teacher-shortcut world (its RL set: lookup only). From seed 1's SFT policy: 4 steps at
-# 1e-4 took greedy lookup 44% -> 92% (+48 [+28, +72]), arith -8 [-20, 0]; 8 steps at 3e-5 moved p(read the page) at
-# the decision 0.29 -> 0.44, short of the greedy choice (+0); 8 at 1e-4 overshot (arith -24, calc -16) (RESULTS.md).
-# Those were the first design's 6-epoch policies; on the census-page design's 4-epoch policies 4 steps at 1e-4 broke
-# seed 0's format (lookup -32, arith -32) and left seed 1 unchanged (RESULTS.md, 2026-11-27 early)
-SHORTCUT_RL_LR = 1e-4
+# DAPO's settings in each world, for --teacher-shortcut / --no-teacher-shortcut on top of a profile of the other.
+# The teacher-shortcut world: 4 steps at 1e-4 on the lookup questions. Rollouts (and the selection's samples) at 0.7:
+# at 1.0 the 2-layer student slips a digit in about a third of its lookup samples, rewards that are noise to the
+# route, and the update they drive (0.22 nats a token of choices unrelated to the route) broke other copies before
+# it moved the route; at 0.7 the route is still sampled and the rest is 0.02-0.05 nats a token. From one SFT policy
+# this took p(census page) 0.69 -> 0.28 and greedy lookup +32 [+4, +60] in 4 steps (8 overshot: calc -28)
+# (RESULTS.md, 2026-11-27)
+SHORTCUT_RL = {"rl_lr": 1e-4, "rl_temperature": 0.7}
+PLAIN_RL = {"rl_lr": DEFAULT.rl_lr, "rl_temperature": DEFAULT.rl_temperature}
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
                rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with
 
@@ -94,7 +99,7 @@ FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, s
 # the learning rate is the profile's (rl_lr)
 RL_KNOBS = {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4, "ROLLOUT_N": 4, "MAX_PROMPT_LENGTH": 192,
             "MAX_RESPONSE_LENGTH": WORLD_SAMPLING["max_response_tokens"], "MAX_TURNS": WORLD_SAMPLING["max_turns"],
-            "MAX_OBS_CHARS": 1024, "TEMPERATURE": 1.0}
+            "MAX_OBS_CHARS": 1024}
 # MAX_NUM_GEN_BATCHES of the quickstart's DAPO, unless the environment sets it. A tiny SFT policy solves most selected
 # questions in all or none of its samples, so a step may need many refills to find 4 groups that carry a gradient;
 # the RL scripts' own default (afm.launch.rl) stopped such runs (RESULTS.md)
@@ -102,8 +107,10 @@ RL_REFILL_CAP = 30
 
 
 def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
-    """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's)."""
+    """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's). Switching
+    the world (``teacher_shortcut``) also takes that world's DAPO settings, unless the overrides give them."""
     base = FULL if full else DEFAULT
-    if overrides.get("teacher_shortcut"):  # the world's own DAPO lr, unless a flag says otherwise
-        base = replace(base, teacher_shortcut=True, rl_lr=SHORTCUT_RL_LR)
+    world = overrides.get("teacher_shortcut")
+    if world is not None and world != base.teacher_shortcut:
+        base = replace(base, teacher_shortcut=world, **(SHORTCUT_RL if world else PLAIN_RL))
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})

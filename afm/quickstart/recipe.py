@@ -27,7 +27,7 @@ from afm.eval.datasets import WORLD_PROMPT as PROMPT_KEY
 from afm.eval.datasets import WORLD_SAMPLING
 from afm.model.tiny import ModelSize
 from afm.quickstart.profile import DEFAULT, RL_KNOBS, TEACHER_MISS_RATE, TEACHER_MISTAKE_RATE, SftSchedule
-from afm.quickstart.world import FAMILIES, PROMPT, World, build_world
+from afm.quickstart.world import FAMILIES, PROMPT, SHORTCUT_RATE, World, build_world
 
 SFT_DATASET = "afm_world_sft"
 TEACHER_CONFIG = {
@@ -211,7 +211,7 @@ def rl_questions(world_root: Path, work: Path, families: Sequence[str] | None = 
 
 
 def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n: int,
-                   temperature: float = 1.0, limit: int | None = None, seed: int = 0,
+                   temperature: float, limit: int | None = None, seed: int = 0,
                    max_questions: int | None = None, families: Sequence[str] | None = None) -> dict[str, Any]:
     """The paper's RL selection on the world's ``rl`` split: ``afm infer`` samples ``n`` trajectories per question
     from ``model`` (the SFT policy) with the real tools, then ``afm data select --mode code`` drops the questions it
@@ -293,9 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.workdir).absolute()
     t: dict[str, float] = {}
     t0 = time.monotonic()
-    world, root = make_world(work, args.seed)
+    world, root = make_world(work, args.seed, shortcut=DEFAULT.teacher_shortcut)  # the quickstart's world
     with DemoServers(work / "servers", world=world) as servers:
-        out = distill_sft_data(root, servers, work / "distill", seed=args.seed)
+        out = distill_sft_data(root, servers, work / "distill", seed=args.seed,
+                               shortcut_rate=SHORTCUT_RATE if DEFAULT.teacher_shortcut else 0.0)
         t["distill"] = time.monotonic() - t0
         print(json.dumps(out["filter_report"].get("counts", out["filter_report"]), indent=1)[:1500])
         model = build_student(work / "model-init", out["data"], DEFAULT.student_size())

@@ -144,7 +144,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                   f"select drops the ones it always solves.{meant}", flush=True)
             t = time.monotonic()
             sel = select_rl_data(sft, root, servers, work / "rl_data", n=profile.rl_samples, seed=seed,
-                                 families=[target] if target else None)
+                                 temperature=profile.rl_temperature, families=[target] if target else None)
             seconds["rl_select"] = time.monotonic() - t
             print(f"      kept {sel['report'].get('kept')} of {sel['report'].get('questions')} questions "
                   f"(mean pass rate {sel['report'].get('mean_pass_rate', 0):.2f}) -> {sel['parquet']}", flush=True)
@@ -157,7 +157,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             t = time.monotonic()
             try:
                 dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps, lr=profile.rl_lr,
-                                knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(),
+                                knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(), "TEMPERATURE": profile.rl_temperature,
                                        **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch)})
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
                 rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
