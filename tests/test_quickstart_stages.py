@@ -211,3 +211,25 @@ def test_quickstart_stops_its_servers_on_sigterm(tmp_path):
     for port in ports:
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_the_shortcut_probe_counts_which_page_each_selection_sample_read(tmp_path):
+    """benchmarks/probe_shortcut.py's sample census (RESULTS.md 2026-11-27): the route is the first crawl's address,
+    right means the last answer is the gold one."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("probe_shortcut", root / "benchmarks" / "probe_shortcut.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+
+    def row(text: str, gold: str) -> str:
+        return json.dumps({"gold": [gold], "segments": [{"kind": "model", "text": text}]})
+
+    census = "<crawl_page> http://h:1/census/town-4821.html</crawl_page>"
+    own = "<crawl_page> http://h:1/pages/town-4821.html</crawl_page>"
+    (tmp_path / "s.jsonl").write_text("\n".join([
+        row(f"{census}<answer> 47102</answer>", "47102"), row(f"{census}<answer> 47102</answer>", "48213"),
+        row(f"{own}<answer>1</answer><answer> 48213</answer>", "48213"), row("<answer>3</answer>", "48213")]) + "\n")
+    assert probe.sample_routes(tmp_path / "s.jsonl") == {"census right": 1, "census wrong": 1, "no crawl wrong": 1,
+                                                         "own right": 1}
