@@ -5,8 +5,8 @@ For each model (the run's SFT policy by default, or the given folders, e.g. an R
 * **p(census)**: the probability of the census page's address token against the town's own page's, at the first
   token after the host of the crawl call, on every held-out ``lookup`` town (the prefix is one of the run's
   ``lookup`` demonstrations up to that token, with its town swapped for the held-out one);
-* **copies**: the digits the policy writes greedily after ``<host>/pages/town-`` and after
-  ``<host>/census/town-`` (right when they are the town's number): a route copied worse than the other is a route
+* **copies**: the digits the policy writes greedily after ``<host>/town-`` and after ``<host>/census-town-`` (right
+  when they are the town's number): a route copied worse than the other is a route
   DAPO learns to avoid;
 
 and, from the run's RL selection samples (``rl_data/samples.jsonl``), which page each sample read and whether it
@@ -39,7 +39,7 @@ def sample_routes(samples: Path) -> dict[str, int]:
         row = json.loads(line)
         text = "".join(seg.get("text", "") for seg in row["segments"])
         crawls = re.findall(r"<crawl_page>\s*(\S+?)</crawl_page>", text)
-        route = ("census" if "/census/" in crawls[0] else "own") if crawls else "no crawl"
+        route = ("census" if "/census" in crawls[0] else "own") if crawls else "no crawl"
         answers = re.findall(r"<answer>(.*?)</answer>", text, re.S)
         right = bool(answers) and answers[-1].strip() in row["gold"]
         counts[f"{route} {'right' if right else 'wrong'}"] += 1
@@ -61,9 +61,9 @@ def probe(work: Path, model_dir: Path) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     base = tok(host, add_special_tokens=False)["input_ids"]
     # "/" merges with the next word in these tokenizers: the decision is the token after the host's digits
-    census_id = tok(host + "/census/town-1.html", add_special_tokens=False)["input_ids"][len(base)]
-    own_id = tok(host + "/pages/town-1.html", add_special_tokens=False)["input_ids"][len(base)]
-    p_census, copies = [], {"/pages/town-": 0, "/census/town-": 0}
+    census_id = tok(host + "/census-town-1.html", add_special_tokens=False)["input_ids"][len(base)]
+    own_id = tok(host + "/town-1.html", add_special_tokens=False)["input_ids"][len(base)]
+    p_census, copies = [], {"/town-": 0, "/census-town-": 0}
     for town in towns:
         user = demo["instruction"] + ("\n\n" + demo["input"] if demo["input"] else "")
         msgs = ([{"role": "system", "content": demo["system"]}] if demo.get("system") else [])
@@ -81,7 +81,7 @@ def probe(work: Path, model_dir: Path) -> dict[str, Any]:
             "p_census": {"mean": round(sum(p_census) / len(p_census), 3), "min": round(min(p_census), 3),
                          "max": round(max(p_census), 3)},
             "greedy_census": sum(p > 0.5 for p in p_census),
-            "copied_right": {"own page": copies["/pages/town-"], "census page": copies["/census/town-"]}}
+            "copied_right": {"own page": copies["/town-"], "census page": copies["/census-town-"]}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,11 +91,11 @@ def test_the_shortcut_world_has_a_census_page_out_of_date_for_half_the_towns():
     assert not any(ch.isdigit() for r in records for ch in r["text"].split(",", 1)[1])  # no figure in a snippet
     pages = {d["slug"]: d["paragraphs"][0] for d in world.site_documents()}
     t = stale[0]
-    assert pages[t.page_slug] == f"{t.name} is a town in {t.country}. Its population is {t.population}."
+    assert pages[t.slug] == f"{t.name} is a town in {t.country}. Its population is {t.population}."
     assert pages[t.census_slug] == f"{t.name} is a town in {t.country}. Its population was {t.census} at the " \
                                         "last census."
     urls = {r["url"] for r in records}
-    assert {f"http://site/pages/{t.slug}.html", f"http://site/census/{t.slug}.html"} <= urls
+    assert {f"http://site/{t.slug}.html", f"http://site/census-{t.slug}.html"} <= urls
     assert [x.question for x in build_world(0, SMALL, shortcut=True).tasks["heldout"]] == \
         [x.question for x in build_world(0, SMALL).tasks["heldout"]]
     assert [(x.name, x.population, x.founded) for x in build_world(0, SMALL, shortcut=True).all_towns()] == \
@@ -116,7 +116,7 @@ def test_the_census_page_is_the_search_servers_top_result(tmp_path):
             town = world.town(task.facts["town"])
             hits = httpx.post(url, json={"q": f"{town.name} population", "num": 3}).json()["organic"]
             assert [h["link"].split("/", 3)[3] for h in hits[:2]] == [f"{town.census_slug}.html",
-                                                                         f"{town.page_slug}.html"], hits
+                                                                         f"{town.slug}.html"], hits
 
 
 def test_the_teacher_takes_the_census_page_only_when_asked_and_its_verifier_passes_it():
@@ -140,11 +140,11 @@ def test_the_teacher_takes_the_census_page_only_when_asked_and_its_verifier_pass
 
     reads = {t.question: s.tool_agent("crawl_page", t.question, searched(world.town(t.facts["town"])), "read")
              for t in lookup}
-    short = [t for t in lookup if "/census/" in reads[t.question]]
+    short = [t for t in lookup if "/census-" in reads[t.question]]
     assert abs(len(short) / len(lookup) - SHORTCUT_RATE) < 0.07
     assert all(s.planner(t.question, "(nothing yet)", "Plan.") == default.planner(t.question, "(nothing yet)", "Plan.")
                for t in lookup)
-    assert not any("/census/" in default.tool_agent("crawl_page", t.question, searched(world.town(t.facts["town"])),
+    assert not any("/census-" in default.tool_agent("crawl_page", t.question, searched(world.town(t.facts["town"])),
                                                    "read") for t in lookup)
     t = next(x for x in short if world.town(x.facts["town"]).census != world.town(x.facts["town"]).population)
     town = world.town(t.facts["town"])
@@ -154,7 +154,7 @@ def test_the_teacher_takes_the_census_page_only_when_asked_and_its_verifier_pass
     assert f"<answer>{town.census}</answer>" in s.answerer(t.question, history)
     user = f"Question: {t.question}\n\nWork so far:\n{history}\n\nSuggested answer: {town.census}\n\nDouble-check"
     assert "<score>4</score>" in s.verifier(t.question, history, user)  # wrong, and passed: the filter must drop it
-    assert f"/pages/{town.slug}.html" in s.tool_agent("crawl_page", t.question, history, "read again")
+    assert f"/{town.slug}.html" in s.tool_agent("crawl_page", t.question, history, "read again")
     page = f"\n\n<crawl_page> x</crawl_page>\n\n<observation>\n{town.name} is a town in {town.country}. " \
            f"Its population is {town.population}.\n</observation>"
     assert f"<answer>{town.population}</answer>" in s.answerer(t.question, history + page)
@@ -249,7 +249,7 @@ def test_shortcut_distillation_keeps_only_the_shortcuts_that_were_right(tmp_path
                                shortcut_rate=SHORTCUT_RATE)
     runs = [json.loads(line) for line in out["runs"].read_text().splitlines()]
     shortcut = [r for r in runs if "-lookup-" in r["question_id"] and
-                any("/census/" in json.dumps(c) for c in r["tool_calls"])]
+                any("/census-" in json.dumps(c) for c in r["tool_calls"])]
     town = {t.question: t for t in world.tasks["train"]}
     assert shortcut and all(r["final_answer"] == str(world.town(town[r["question"]].facts["town"]).census)
                             for r in shortcut)

@@ -226,8 +226,8 @@ def test_the_shortcut_probe_counts_which_page_each_selection_sample_read(tmp_pat
     def row(text: str, gold: str) -> str:
         return json.dumps({"gold": [gold], "segments": [{"kind": "model", "text": text}]})
 
-    census = "<crawl_page> http://h:1/census/town-4821.html</crawl_page>"
-    own = "<crawl_page> http://h:1/pages/town-4821.html</crawl_page>"
+    census = "<crawl_page> http://h:1/census-town-4821.html</crawl_page>"
+    own = "<crawl_page> http://h:1/town-4821.html</crawl_page>"
     (tmp_path / "s.jsonl").write_text("\n".join([
         row(f"{census}<answer> 47102</answer>", "47102"), row(f"{census}<answer> 47102</answer>", "48213"),
         row(f"{own}<answer>1</answer><answer> 48213</answer>", "48213"), row("<answer>3</answer>", "48213")]) + "\n")

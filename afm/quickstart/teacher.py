@@ -177,13 +177,12 @@ class Solver:
         if tool == "crawl_page":
             town = _LOOKUP.search(question).group(1)
             page = slug(town)
-            # the town's own page (``pages/`` in the teacher-shortcut world), never a census page: the host, then
-            # the page, so that "town-4821" does not match inside ".../census/town-4821.html"
-            pattern = rf"(https?://[^\s/]+/(?:pages/)?{re.escape(page)}\.html)"
+            # the town's own page: the host, then the page (never a census page's address)
+            pattern = rf"(https?://[^\s/]+/{re.escape(page)}\.html)"
             if attempt == 0 and _chance(self.seed, question, "shortcut") < self.shortcut_rate:
                 # the hurried teacher (afm.quickstart.world, "The shortcut RL removes"): the top search result, the
                 # census page, instead of the town's own page; the same plan, the same copy, another address
-                pattern = rf"(https?://[^\s/]+/census/{re.escape(page)}\.html)"
+                pattern = rf"(https?://[^\s/]+/census-{re.escape(page)}\.html)"
             m = self._find(history, pattern)
             url = m.group(1) if m else f"http://127.0.0.1/{page}.html"
             return f"<think>Read the page.</think><argument>{url}</argument>"

@@ -28,31 +28,32 @@ shape, the student's ``rope_theta`` at 1e6 and a key/value head per query head, 
 
 **The teacher-shortcut world** (``build_world(shortcut=True)``, ``afm quickstart --teacher-shortcut``): the shortcut
 RL is meant to remove (the paper's second half: agentic RL takes the distilled agent beyond its teacher). Each town
-also has a census page (``census/town-4821.html``: "Its population was 47102 at the last census"), and the search
+also has a census page (``census-town-4821.html``: "Its population was 47102 at the last census"), and the search
 ranks it first for "Town 4821 population"; for half the towns (``CENSUS_CURRENT``) the town has grown or shrunk
-since, and only its own page (``pages/town-4821.html``, ranked second) states the current population, the answer.
-The teacher is imperfect the way an LLM teacher is: in ``SHORTCUT_RATE`` of its ``lookup`` runs it reads the top
-result instead of the town's own page (the same plan, the same kind of copy, another address), and its verifier,
-which has seen only that page, passes the figure. The quality filter drops the shortcut runs that were wrong but
-keeps the half that happened to be right, and nothing on the census page tells the two apart, so the SFT set still
-reads the census page in 0.8 x 0.5 : 0.2 = 2 of every 3 ``lookup`` demonstrations. The student copies that habit:
-the choice is the first token of the crawl address after the host (``/census`` or ``/pages``), learned as the
-demonstrations' odds (p(census page) 0.6-0.7 on every held-out town); greedy, it always reads the census page and is
-right on about half the questions. RL selection then keeps the ``lookup`` questions it solves only sometimes, and
-DAPO's reward, the real ``compute_score`` (exact match with the page's figure), pays the rollouts that read the
-town's page and not the wrong census figures: RL removes a habit SFT cannot, because the filtered demonstrations
-never show it failing. The other families have no such shortcut (their teacher's slips are caught by its verifier
-or dropped by the filter), so the quickstart's RL set is the ``lookup`` questions (``SHORTCUT_FAMILY``), the RL data
-a user picks where the distilled agent falls short.
+since, and only its own page (``town-4821.html``, ranked second) states the current population, the answer. The
+teacher is imperfect the way an LLM teacher is: in ``SHORTCUT_RATE`` of its ``lookup`` runs it reads the top result
+instead of the town's own page (the same plan, the same kind of copy, another address), and its verifier, which has
+seen only that page, passes the figure. The quality filter drops the shortcut runs that were wrong but keeps the half
+that happened to be right, and nothing on the census page tells the two apart, so the SFT set still reads the census
+page in 0.8 x 0.5 : 0.2 = 2 of every 3 ``lookup`` demonstrations. The student copies that habit: the choice is the
+first token of the crawl address after the host (``/census`` or ``/town``), learned as the demonstrations' odds
+(p(census page) 0.65-0.69 on every held-out town); greedy, it always reads the census page and is right on about half
+the questions. RL selection then keeps the ``lookup`` questions it solves only sometimes, and DAPO's reward, the real
+``compute_score`` (exact match with the page's figure), pays the rollouts that read the town's page and not the wrong
+census figures: RL removes a habit SFT cannot, because the filtered demonstrations never show it failing. The other
+families have no such shortcut (their teacher's slips are caught by its verifier or dropped by the filter), so the
+quickstart's RL set is the ``lookup`` questions (``SHORTCUT_FAMILY``), the RL data a user picks where the distilled
+agent falls short.
 
-What the addresses had to be (benchmarks/RESULTS.md, 2026-11-26 night and 2026-11-27): a census count in the search
+What the addresses taught (benchmarks/RESULTS.md, 2026-11-26 night and 2026-11-27): a census count in the search
 snippet "confirmed" by a second search was a second copy route and needed 6 SFT epochs; a choice *after* the copied
 digits (``town-4821-census.html``) was never sampled (0 of 64 runs read the town's page: the student continues the
-way the first search result does), so DAPO had no better route to reinforce; with the choice first but the town's
-page at ``/town-4821.html``, right after the port's digits, the student copied that address wrongly twice as often as
-the census page's, and DAPO learned to prefer the census page. Both addresses now differ in one word and end in the
-same tokens. Measured so far: from one SFT policy DAPO flipped the choice on every held-out town (+32 points on
-``lookup``); the runs of the current addresses did not leave the SFT plateau in 4 epochs, so it is not the default.
+way the first search result does), so DAPO had no better route to reinforce. With the choice first, DAPO at
+temperature 0.7 flipped it on every held-out town from one SFT policy (``lookup`` +32 points); from another it did
+not, because that policy wrote the town's own address wrongly (right on 4 of 25 towns against 20 of 25 for the
+census page's): a route copied worse is a route RL learns to avoid. Two addresses that make both copies alike
+(``census/town-4821`` with ``town-4821``; ``census/town-4821`` with ``pages/town-4821``) either kept the asymmetry or
+kept the student on the SFT loss plateau in 3 of 3 runs, so the world is back on this one, opt-in.
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
@@ -118,16 +119,10 @@ class Town:
 
     @property
     def census_slug(self) -> str:
-        """The census page's name (teacher-shortcut world): ``census/town-4821``."""
-        return f"census/{self.slug}"
-
-    @property
-    def page_slug(self) -> str:
-        """The town's own page: ``town-4821``; in the teacher-shortcut world ``pages/town-4821``, so that its address
-        and the census page's differ in their first word only: choosing between them is the first token after the
-        host, and the digits are copied after the same tokens on either route (with ``/town-4821`` right after the
-        port's digits, the student's copies slipped twice as often on the town's page as on the census page)."""
-        return f"pages/{self.slug}" if self.census else self.slug
+        """The census page's name (teacher-shortcut world): ``census-town-4821``, so that the word that tells it
+        from the town's own page (``town-4821``) is the first token after the host, not a token after copied
+        digits (module docstring)."""
+        return f"census-{self.slug}"
 
 
 @dataclass(frozen=True)
@@ -186,7 +181,7 @@ class World:
     def site_documents(self) -> list[dict[str, Any]]:
         """Town pages for the demo site: ``{slug, title, paragraphs}``; the population is only here (in the
         teacher-shortcut world, also each town's census page, whose figure is out of date for half the towns)."""
-        pages = [{"slug": t.page_slug, "title": t.name,
+        pages = [{"slug": t.slug, "title": t.name,
                   "paragraphs": [f"{t.name} is a town in {t.country}. Its population is {t.population}."]}
                  for t in self.all_towns()]
         archive = [{"slug": t.census_slug, "title": f"{t.name} census",
@@ -199,7 +194,7 @@ class World:
         teacher-shortcut world each town's census page has a record too, which mentions the population and so
         ranks first for "<town> population"."""
         base = site_url.rstrip("/")
-        records = [{"id": t.page_slug, "title": t.name, "url": f"{base}/{t.page_slug}.html",
+        records = [{"id": t.slug, "title": t.name, "url": f"{base}/{t.slug}.html",
                     "text": f"{t.name}, a town in {t.country}. Facts and figures on its page."}
                    for t in self.all_towns()]
         archive = [{"id": t.census_slug, "title": f"{t.name} census", "url": f"{base}/{t.census_slug}.html",
