@@ -61,3 +61,29 @@ def test_the_node_line_is_the_watchdog_line_and_off_means_no_watchdog():
     line = failure_line(log, node_rank="0", nnodes="2", master="127.0.0.1:1", join_timeout="600")
     assert line == "node 0: rank 1 (node 1, h pid 7) made no progress for 21 s in loading its batch of step 2"
     assert hang_env("0") == {} and hang_env("1800") == {"AFM_SFT_HANG_TIMEOUT": "1800"}
+
+
+def test_a_rank_stops_even_when_the_store_left_while_it_waited(monkeypatch, capsys):
+    """The verdict is printed, then the rank waits for the others to print it through the job's store; when the
+    node holding the store has already left, the wait fails and the rank must still stop (before, only the watchdog
+    thread ended and the hung rank hung on)."""
+    import pytest
+
+    from afm.sft import watchdog
+
+    class GoneStore:
+        def add(self, key, value):
+            raise RuntimeError("Connection was likely closed")
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(watchdog.os, "_exit", fake_exit)
+    dog = watchdog.Watchdog(GoneStore(), rank=1, world=2, timeout=20)
+    with pytest.raises(Exited) as exc:
+        dog._stop("rank 1 made no progress", alive=1)
+    assert exc.value.args == (watchdog.EXIT_STATUS,)
+    assert "rank 1 made no progress" in capsys.readouterr().err
