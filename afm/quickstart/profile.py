@@ -87,8 +87,8 @@ DEFAULT = Profile()
 # at 1.0 the 2-layer student slips a digit in about a third of its lookup samples, rewards that are noise to the
 # route, and the update they drive (0.22 nats a token of choices unrelated to the route) broke other copies before
 # it moved the route; at 0.7 the route is still sampled and the rest is 0.02-0.05 nats a token. From one SFT policy
-# this took p(census page) 0.69 -> 0.28 and greedy lookup +32 [+4, +60] in 4 steps (8 overshot: calc -28)
-# (RESULTS.md, 2026-11-27)
+# this took p(census page) 0.69 -> 0.28 and greedy lookup +32 [+4, +60] in 4 steps (8 overshot: calc -28); from
+# another, which wrote the town page's address right on 4 of 25 towns, it did not (-4) (RESULTS.md, 2026-11-27)
 SHORTCUT_RL = {"rl_lr": 1e-4, "rl_temperature": 0.7}
 PLAIN_RL = {"rl_lr": DEFAULT.rl_lr, "rl_temperature": DEFAULT.rl_temperature}
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
