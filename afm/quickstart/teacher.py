@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from afm.quickstart.profile import TEACHER_MISS_RATE, TEACHER_MISTAKE_RATE
-from afm.quickstart.world import YEAR, slug
+from afm.quickstart.world import YEAR, census_slug, slug
 
 _Q = re.compile(r"^Question: (.*)$", re.MULTILINE)
 _STEP = re.compile(r"Current step \((\w+)\): (.*)")
@@ -182,7 +182,7 @@ class Solver:
             if attempt == 0 and _chance(self.seed, question, "shortcut") < self.shortcut_rate:
                 # the hurried teacher (afm.quickstart.world, "The shortcut RL removes"): the top search result, the
                 # census page, instead of the town's own page; the same plan, the same copy, another address
-                pattern = rf"(https?://[^\s/]+/census-{re.escape(page)}\.html)"
+                pattern = rf"(https?://[^\s/]+/{re.escape(census_slug(town))}\.html)"
             m = self._find(history, pattern)
             url = m.group(1) if m else f"http://127.0.0.1/{page}.html"
             return f"<think>Read the page.</think><argument>{url}</argument>"

@@ -105,6 +105,13 @@ def slug(name: str) -> str:
     return name.lower().replace(" ", "-")
 
 
+def census_slug(name: str) -> str:
+    """The page name of a town's census page (teacher-shortcut world: ``Town 4821`` -> ``census-town-4821``): the
+    word that tells it from the town's own page is the first token after the host, not a token after copied digits
+    (module docstring)."""
+    return f"census-{slug(name)}"
+
+
 @dataclass(frozen=True)
 class Town:
     name: str
@@ -119,10 +126,7 @@ class Town:
 
     @property
     def census_slug(self) -> str:
-        """The census page's name (teacher-shortcut world): ``census-town-4821``, so that the word that tells it
-        from the town's own page (``town-4821``) is the first token after the host, not a token after copied
-        digits (module docstring)."""
-        return f"census-{self.slug}"
+        return census_slug(self.name)
 
 
 @dataclass(frozen=True)

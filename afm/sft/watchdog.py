@@ -12,6 +12,7 @@ judged: the other ranks legitimately wait for rank 0 there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -147,13 +148,12 @@ class Watchdog:
         """Print the verdict, then exit once every live rank has printed it (or a few heartbeats later): a rank that
         left first would make the others fail in their collective before they say why."""
         print(f"{MARK}{line}", file=sys.stderr, flush=True)
-        try:
+        # the store may have left with the node that held it: the line is out, stop anyway
+        with contextlib.suppress(Exception):
             self.store.add(f"{_KEY}printed", 1)
             deadline = time.monotonic() + 3 * self.tick + 5
             while self.store.add(f"{_KEY}printed", 0) < alive and time.monotonic() < deadline:
                 time.sleep(0.2)
-        except Exception:  # the store left with the node that held it: the line is out, stop anyway
-            pass
         # always: before, a store gone mid-wait ended only this thread (run's except), and a hung rank whose node
         # 0 had already printed and left hung on (tests/test_sft_two_nodes.py, at its 600 s deadline, 2 of 2 runs)
         os._exit(EXIT_STATUS)
