@@ -26,7 +26,11 @@ def _cuda_missing() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Skip the tests marked ``gpu`` (pyproject markers) with a reason when no CUDA device is visible."""
+    """Skip the tests marked ``gpu`` (pyproject markers) with a reason when no CUDA device is visible; run the tests
+    marked ``last`` after every other one, in their order."""
+    # scripts/test.sh runs tests/rl beside this suite; the miniature recipe (``last``) is the heaviest test of either
+    # and took 1053 s beside tests/rl against 380-470 s alone: at the end it starts about when tests/rl is done
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable: the rest keeps its order
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     reason = _cuda_missing() if gpu_items else None
     if reason is not None:
