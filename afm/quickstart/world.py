@@ -53,7 +53,9 @@ temperature 0.7 flipped it on every held-out town from one SFT policy (``lookup`
 not, because that policy wrote the town's own address wrongly (right on 4 of 25 towns against 20 of 25 for the
 census page's): a route copied worse is a route RL learns to avoid. Two addresses that make both copies alike
 (``census/town-4821`` with ``town-4821``; ``census/town-4821`` with ``pages/town-4821``) either kept the asymmetry or
-kept the student on the SFT loss plateau in 3 of 3 runs, so the world is back on this one, opt-in.
+kept the student on the SFT loss plateau in 3 of 3 runs, so the world is back on this one, opt-in. Routes through
+the wiki (as the shortcut or as the careful route, the choice in the first thought or after the search) and twice the
+``lookup`` questions did no better (RESULTS.md, 2026-11-27 morning): the route shown 1 time in 3 is copied worse.
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
