@@ -90,7 +90,7 @@ def _quickstart_parser(sub: Any) -> None:
         DEFAULT,
         FULL,
         RL_KNOBS,
-        SHORTCUT_RL,
+        SHORTCUT_SETTINGS,
         STUDENT_HEADS,
     )
 
@@ -126,8 +126,9 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--teacher-shortcut", action=argparse.BooleanOptionalAction, default=None,
                    help="the teacher-shortcut world: for lookup questions the teacher reads a town's stale census "
                         "page instead of its own page, SFT copies it, DAPO (RL set: lookup, lr "
-                        f"{_num(SHORTCUT_RL['rl_lr'])}, temperature {SHORTCUT_RL['rl_temperature']}) is meant to remove "
-                        "it (afm.quickstart.world; not the default yet: RESULTS.md 2026-11-27)")
+                        f"{_num(SHORTCUT_SETTINGS['rl_lr'])}, temperature {SHORTCUT_SETTINGS['rl_temperature']}) is "
+                        f"meant to remove it; SFT {SHORTCUT_SETTINGS['sft_epochs']:g} epochs (afm.quickstart.world; "
+                        "not the default yet: RESULTS.md 2026-11-27)")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
 

@@ -151,28 +151,34 @@ def test_rl_questions_keep_the_families_asked_for(tmp_path):
         rl_questions(root, tmp_path / "sel", ["lokup"])
 
 
-def test_each_world_takes_its_own_dapo_settings_unless_flags_give_them():
-    """``--teacher-shortcut``: the shortcut world with its DAPO settings (lr, temperature), every other setting of the
-    profile it starts from; ``--no-teacher-shortcut`` on such a profile goes back to the plain world's; flags win."""
-    from afm.quickstart.profile import DEFAULT, FULL, PLAIN_RL, SHORTCUT_RL, profile_from_args
+def test_each_world_takes_its_own_settings_unless_flags_give_them():
+    """``--teacher-shortcut``: the shortcut world with its settings (DAPO's lr and temperature; on the default size,
+    6 SFT epochs), every other setting of the profile it starts from; ``--full`` keeps its SFT epochs;
+    ``--no-teacher-shortcut`` on such a profile goes back to the plain world's; flags win."""
+    from afm.quickstart.profile import DEFAULT, FULL, PLAIN_SETTINGS, SHORTCUT_SETTINGS, profile_from_args
 
     assert profile_from_args() == DEFAULT and not DEFAULT.teacher_shortcut
-    assert {k: getattr(DEFAULT, k) for k in PLAIN_RL} == PLAIN_RL != SHORTCUT_RL
+    assert {k: getattr(DEFAULT, k) for k in PLAIN_SETTINGS} == PLAIN_SETTINGS
+    assert all(SHORTCUT_SETTINGS[k] != v for k, v in PLAIN_SETTINGS.items())
     on = profile_from_args(teacher_shortcut=True)
-    assert on == replace(DEFAULT, teacher_shortcut=True, **SHORTCUT_RL)
-    assert profile_from_args(True, teacher_shortcut=True) == replace(FULL, teacher_shortcut=True, **SHORTCUT_RL)
+    assert on == replace(DEFAULT, teacher_shortcut=True, **SHORTCUT_SETTINGS) and on.sft_epochs == 6.0
+    full_on = profile_from_args(True, teacher_shortcut=True)
+    assert full_on == replace(FULL, teacher_shortcut=True, rl_lr=SHORTCUT_SETTINGS["rl_lr"],
+                              rl_temperature=SHORTCUT_SETTINGS["rl_temperature"])
+    assert full_on.sft_epochs == FULL.sft_epochs
     assert profile_from_args(teacher_shortcut=False) == DEFAULT
     assert profile_from_args(teacher_shortcut=True, rl_lr=3e-5).rl_lr == 3e-5
     assert profile_from_args(teacher_shortcut=True, rl_temperature=1.0).rl_temperature == 1.0
+    assert profile_from_args(teacher_shortcut=True, sft_epochs=4.0).sft_epochs == 4.0
     assert profile_from_args(teacher_shortcut=None, rl_steps=2) == replace(DEFAULT, rl_steps=2)
-    # the other way: a profile of the shortcut world switched off takes the plain world's DAPO settings
+    # the other way: a profile of the shortcut world switched off takes the plain world's settings
     from afm.quickstart import profile as prof
 
-    shortcut_default = replace(DEFAULT, teacher_shortcut=True, **SHORTCUT_RL)
+    shortcut_default = replace(DEFAULT, teacher_shortcut=True, **SHORTCUT_SETTINGS)
     try:
         prof.DEFAULT = shortcut_default
         assert profile_from_args(teacher_shortcut=False) == replace(shortcut_default, teacher_shortcut=False,
-                                                                    **PLAIN_RL)
+                                                                    **PLAIN_SETTINGS)
     finally:
         prof.DEFAULT = DEFAULT
 

@@ -82,15 +82,17 @@ class Profile:
 
 
 DEFAULT = Profile()
-# DAPO's settings in each world, for --teacher-shortcut / --no-teacher-shortcut on top of a profile of the other.
-# The teacher-shortcut world: 4 steps at 1e-4 on the lookup questions. Rollouts (and the selection's samples) at 0.7:
-# at 1.0 the 2-layer student slips a digit in about a third of its lookup samples, rewards that are noise to the
+# Each world's settings, for --teacher-shortcut / --no-teacher-shortcut on top of a profile of the other.
+# The teacher-shortcut world: 4 DAPO steps at 1e-4 on the lookup questions. Rollouts (and the selection's samples) at
+# 0.7: at 1.0 the 2-layer student slips a digit in about a third of its lookup samples, rewards that are noise to the
 # route, and the update they drive (0.22 nats a token of choices unrelated to the route) broke other copies before
-# it moved the route; at 0.7 the route is still sampled and the rest is 0.02-0.05 nats a token. From one SFT policy
-# this took p(census page) 0.69 -> 0.28 and greedy lookup +32 [+4, +60] in 4 steps (8 overshot: calc -28); from
-# another, which wrote the town page's address right on 4 of 25 towns, it did not (-4) (RESULTS.md, 2026-11-27)
-SHORTCUT_RL = {"rl_lr": 1e-4, "rl_temperature": 0.7}
-PLAIN_RL = {"rl_lr": DEFAULT.rl_lr, "rl_temperature": DEFAULT.rl_temperature}
+# it moved the route; at 0.7 the route is still sampled and the rest is 0.02-0.05 nats a token (8 steps overshot:
+# calc -28). SFT for 6 epochs, not 4 (the default-size run only; --full keeps its own): the town page's route is 1 in
+# 3 of the lookup demonstrations, and after 4 epochs two SFT policies of three wrote its address right on 4 and 5 of
+# 25 towns (the census page's on 20 and 24), so DAPO's reward favoured the census page (lookup -4, -40); after 6 the
+# same seed's policy copied both 25 of 25 and DAPO took lookup 44% -> 88% (RESULTS.md, 2026-11-27)
+SHORTCUT_SETTINGS = {"rl_lr": 1e-4, "rl_temperature": 0.7, "sft_epochs": 6.0}
+PLAIN_SETTINGS = {"rl_lr": DEFAULT.rl_lr, "rl_temperature": DEFAULT.rl_temperature, "sft_epochs": DEFAULT.sft_epochs}
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
                rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with
 
@@ -108,9 +110,13 @@ RL_REFILL_CAP = 30
 
 def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
     """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's). Switching
-    the world (``teacher_shortcut``) also takes that world's DAPO settings, unless the overrides give them."""
+    the world (``teacher_shortcut``) also takes that world's settings (DAPO's; the default size's SFT epochs), unless
+    the overrides give them."""
     base = FULL if full else DEFAULT
     world = overrides.get("teacher_shortcut")
     if world is not None and world != base.teacher_shortcut:
-        base = replace(base, teacher_shortcut=world, **(SHORTCUT_RL if world else PLAIN_RL))
+        settings = dict(SHORTCUT_SETTINGS if world else PLAIN_SETTINGS)
+        if full:
+            settings.pop("sft_epochs")  # --full's 3 epochs over 3x the data: 9 of the default's
+        base = replace(base, teacher_shortcut=world, **settings)
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})

@@ -164,11 +164,13 @@ def plot(summary: Mapping[str, Any], path: str | Path) -> Path:
         ax.set_xticks(x, fams, rotation=20, fontsize="small")
         ax.set_title(title)
         ax.set_ylim(0, 105) if key == "stages" else ax.set_ylim(bottom=0)
-    axes[0].legend(fontsize="small")
+    # above the bars, not on them (the untrained stage's 0% leaves the lower left empty, the trained bars do not)
+    axes[0].legend(fontsize="small", ncol=len(stages), loc="lower center", bbox_to_anchor=(0.5, 1.08), frameon=False)
     if reward:  # next to the bars: what DAPO optimised, step by step
         ax = axes[3]
         ax.plot([s for s, _ in reward], [r for _, r in reward], marker="o")
         ax.set_xlabel("DAPO step")
+        ax.set_xticks([s for s, _ in reward])  # steps are whole numbers
         ax.set_ylim(-0.05, 1.05)
         target = (summary.get("rl_target") or {}).get("family")
         ax.set_title("DAPO reward per step" + (f" (RL set: {target} questions)" if target else ""))
