@@ -90,7 +90,8 @@ DEFAULT = Profile()
 # calc -28). SFT for 6 epochs, not 4 (the default-size run only; --full keeps its own): the town page's route is 1 in
 # 3 of the lookup demonstrations, and after 4 epochs two SFT policies of three wrote its address right on 4 and 5 of
 # 25 towns (the census page's on 20 and 24), so DAPO's reward favoured the census page (lookup -4, -40); after 6 the
-# same seed's policy copied both 25 of 25 and DAPO took lookup 44% -> 88% (RESULTS.md, 2026-11-27)
+# same seed's policy copied both 25 of 25 and DAPO took lookup 44% -> 88%; seed 0 +60, seed 2 +8 [0, +20] (its own-page
+# address still right on 13 of 25 only) (RESULTS.md, 2026-11-27)
 SHORTCUT_SETTINGS = {"rl_lr": 1e-4, "rl_temperature": 0.7, "sft_epochs": 6.0}
 PLAIN_SETTINGS = {"rl_lr": DEFAULT.rl_lr, "rl_temperature": DEFAULT.rl_temperature, "sft_epochs": DEFAULT.sft_epochs}
 FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
