@@ -66,8 +66,8 @@ class Profile:
     # the sampling temperature of the RL selection and of DAPO's rollouts (the evaluations are greedy)
     rl_temperature: float = 1.0
     # the teacher-shortcut world (afm.quickstart.world): the teacher reads a stale census page for lookup, SFT copies
-    # the habit, the RL set is the lookup questions; off by default: with its 6 SFT epochs DAPO removed it on 2 seeds
-    # of 3 (lookup +60, +44; the third +8 [0, +20]) (RESULTS.md, 2026-11-27)
+    # the habit, the RL set is the lookup questions; off by default: with its 6 SFT epochs DAPO removed it on 3 seeds
+    # of 4 (lookup +60, +44, +52; seed 2 +8 [0, +20]) (RESULTS.md, 2026-11-27)
     teacher_shortcut: bool = False
 
     def student_size(self) -> ModelSize:

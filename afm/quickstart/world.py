@@ -56,8 +56,9 @@ census page's): a route copied worse is a route RL learns to avoid. Two addresse
 kept the student on the SFT loss plateau in 3 of 3 runs, so the world is back on this one, opt-in. Routes through
 the wiki (as the shortcut or as the careful route, the choice in the first thought or after the search) and twice the
 ``lookup`` questions did no better (RESULTS.md, 2026-11-27 morning): the route shown 1 time in 3 is copied worse.
-What helped is more steps: with 6 SFT epochs (``SHORTCUT_SETTINGS``) seeds 0 and 1 copied both addresses right on
-21-25 of 25 towns and DAPO took ``lookup`` +60 and +44; seed 2 copied its own page's on 13 and gained +8 [0, +20].
+What helped is more steps: with 6 SFT epochs (``SHORTCUT_SETTINGS``) seeds 0, 1 and 3 copied both addresses right
+on 21-25 of 25 towns and DAPO took ``lookup`` +60, +44 and +52; seed 2 copied its own page's on 13 and gained +8
+[0, +20].
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
