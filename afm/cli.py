@@ -89,8 +89,8 @@ def _quickstart_parser(sub: Any) -> None:
     from afm.quickstart.profile import (
         DEFAULT,
         FULL,
+        PLAIN_SETTINGS,
         RL_KNOBS,
-        SHORTCUT_SETTINGS,
         STUDENT_HEADS,
     )
 
@@ -100,10 +100,10 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--workdir", default="runs/quickstart")
     q.add_argument("--full", action="store_true",
                    help=f"{FULL.train_per_family // d.train_per_family}x the train data, a {FULL.student_layers}-layer "
-                        f"student, {FULL.rl_steps} DAPO steps (about 30 min on 2 cores; benchmarks/RESULTS.md)")
+                        f"student, {FULL.rl_steps} DAPO steps, the plain world (about 30 min on 2 cores; benchmarks/RESULTS.md)")
     q.add_argument("--train-per-family", type=int, default=None, help="distilled train tasks per family")
     q.add_argument("--heldout-per-family", type=int, default=None, help="held-out questions per family")
-    q.add_argument("--sft-epochs", type=float, default=None)
+    q.add_argument("--sft-epochs", type=float, default=None, help=f"SFT epochs (default {d.sft_epochs:g})")
     q.add_argument("--sft-batch-size", type=int, default=None, help=f"SFT batch size (default {d.sft_batch_size})")
     q.add_argument("--sft-lr", type=float, default=None, help=f"SFT learning rate (default {_num(d.sft_lr)})")
     q.add_argument("--student-layers", type=int, default=None,
@@ -113,7 +113,7 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--student-kv-heads", type=int, default=None,
                    help=f"key/value heads of the student's {STUDENT_HEADS} attention heads "
                         f"(default {d.student_kv_heads})")
-    q.add_argument("--rl-steps", type=int, default=None, help="DAPO steps")
+    q.add_argument("--rl-steps", type=int, default=None, help=f"DAPO steps (default {d.rl_steps})")
     q.add_argument("--rl-per-family", type=int, default=None,
                    help=f"RL-split questions per family (default {d.rl_per_family})")
     q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")
@@ -124,11 +124,12 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--rl-temperature", type=float, default=None,
                    help=f"sampling temperature of the RL selection and DAPO's rollouts (default {d.rl_temperature})")
     q.add_argument("--teacher-shortcut", action=argparse.BooleanOptionalAction, default=None,
-                   help="the teacher-shortcut world: for lookup questions the teacher reads a town's stale census "
-                        "page instead of its own page, SFT copies it, DAPO (RL set: lookup, lr "
-                        f"{_num(SHORTCUT_SETTINGS['rl_lr'])}, temperature {SHORTCUT_SETTINGS['rl_temperature']}) is "
-                        f"meant to remove it; SFT {SHORTCUT_SETTINGS['sft_epochs']:g} epochs (afm.quickstart.world; "
-                        "not the default yet: RESULTS.md 2026-11-27)")
+                   help="the teacher-shortcut world (the default; --full: off): for lookup questions the teacher "
+                        "often reads a town's stale census page instead of its own, SFT copies the habit, DAPO on the "
+                        "lookup questions removes it (afm.quickstart.world). --no-teacher-shortcut: the plain world, "
+                        f"SFT {PLAIN_SETTINGS['sft_epochs']:g} epochs at {_num(PLAIN_SETTINGS['sft_lr'])}, "
+                        f"{PLAIN_SETTINGS['rl_steps']} DAPO steps at {_num(PLAIN_SETTINGS['rl_lr'])}, temperature "
+                        f"{PLAIN_SETTINGS['rl_temperature']:g}")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
 

@@ -43,27 +43,30 @@ def test_llamafactory_version_range():
 
 
 @pytest.mark.slow
-# 380-470 s alone on 2 cores; beside tests/rl (scripts/test.sh runs the two suites side by side) and other jobs it
-# passed 900 s (the global limit) twice on 2026-11-26 and took 1053 s on 2026-11-27: 2400 s leaves 3x the slowest
-# finished run. ``last``: it runs after the rest of the suite, when tests/rl (about as long as the rest) is done
+# The default run, 640-700 s alone on 2 cores (RESULTS.md 2026-11-27, ninth session); the miniature of the plain world
+# it replaces took 380-470 s alone and 1053 s beside tests/rl and other jobs: 2400 s leaves 3x the slowest finished
+# run. ``last``: it runs after the rest of the suite, when tests/rl (about as long as the rest) is done
 @pytest.mark.last
 @pytest.mark.timeout(2400)
-def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
-    """The README's main job with 6 SFT epochs and a small RL and eval, every stage for real: teacher
-    distillation with the servers and sandbox, masked SFT, RL selection, one DAPO step through verl on the CPU,
-    afm eval after each, the report.
+def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
+    """The README's main job, ``afm quickstart`` with its default profile and seed (the untrained model on fewer
+    questions), every stage for real: teacher distillation with the servers and sandbox, masked SFT, RL selection,
+    8 DAPO steps through verl on the CPU, afm eval after each, the report.
 
     The student must learn: held-out macro accuracy after SFT at least 25%, one family's worth, from 0% untrained. A
     broken pipeline (every label masked, the eval prompt not the training prompt, tools not wired, observations
     trained on) scores 0: the answers are invented facts only the tools return, so the student must call each
-    family's tools and copy from their observations. Not higher: which copies a 520-step student gets right varies
-    from run to run (the demo site's random port is part of the data); this world measured 57%, 97.5% and 100%
-    (benchmarks/RESULTS.md 2026-11-26 afternoon).
+    family's tools and copy from their observations. Not higher: which copies a student gets right varies from run
+    to run (benchmarks/RESULTS.md).
 
-    And the RL stage must change the policy: DAPO's reward is recorded for its step and the RL policy's weights
-    differ from the SFT policy's. (Whether RL solves more is the teacher-shortcut world's question, measured by
-    benchmarks/bench_quickstart.py over seeds, not by this test: RESULTS.md 2026-11-27.)"""
-    from afm.quickstart.profile import Profile
+    And RL must do what the default world is built for (afm.quickstart.world): the teacher's shortcut on ``lookup``
+    (the stale census page) is in the SFT policy, DAPO on the lookup questions is meant to remove it, so RL - SFT on
+    ``lookup`` is positive (+24 to +60 points on every seed measured since 6 SFT epochs; whether it is >= +10 with
+    its CI above 0 on several seeds is benchmarks/bench_quickstart.py's question, not this test's); DAPO's reward is
+    recorded for each step and the RL policy's weights differ from the SFT policy's by a gradient."""
+    from dataclasses import replace
+
+    from afm.quickstart.profile import DEFAULT
     from afm.quickstart.rl import rl_python
     from afm.quickstart.run import run
 
@@ -72,22 +75,15 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
         with_rl = True
     except FileNotFoundError:  # AFM_SKIP_RL=1 runs: scripts/test.sh installs .venv-rl otherwise
         with_rl = False
-    # DAPO learns from questions the SFT policy solves in some samples only; with 12 questions x 4 samples there is
-    # almost always one, and the step trains on the others too rather than refill (FILTER_GROUPS=false)
-    monkeypatch.setenv("FILTER_GROUPS", "false")
-    # 6 SFT epochs, not the default's 4: in 4 this world's student left the loss plateau at step ~430 of 516 in one
-    # run of three on 2026-11-26 (macro 17.5%); the plateau's length varies from run to run (RESULTS.md)
-    profile = Profile(rl_per_family=3, heldout_per_family=10, untrained_limit=2, rl_samples=4, rl_steps=1,
-                      sft_epochs=6.0)
+    profile = replace(DEFAULT, untrained_limit=2)
     summary = run(tmp_path / "qs", profile, rl=with_rl)
     out = capsys.readouterr().out
     assert "[afm] observation masking" in out and "[8/8] summary" in out
     stages = summary["stages"]
-    # RL is skipped (and says why) only when the SFT policy solved all 12 RL questions in all of their samples
-    ran_rl = with_rl and "nothing is left for RL to learn" not in summary.get("rl_skipped", "")
-    assert list(stages) == (["untrained", "sft", "rl"] if ran_rl else ["untrained", "sft"]), summary.get("rl_skipped")
+    assert list(stages) == (["untrained", "sft", "rl"] if with_rl else ["untrained", "sft"]), summary.get("rl_skipped")
     assert set(stages["sft"]) == {"arith", "lookup", "multihop", "calc", "macro"}
-    assert summary["questions"] == {"arith": 10, "lookup": 10, "multihop": 10, "calc": 10}
+    n = profile.heldout_per_family
+    assert summary["questions"] == {"arith": n, "lookup": n, "multihop": n, "calc": n}
     assert stages["untrained"]["macro"] == 0.0 and summary["tool_calls"]["untrained"]["arith"] == 0
     assert stages["sft"]["macro"] >= 0.25, (stages["sft"], summary["sft_loss"][-1])
     # the format and the tools: every arith question goes to the sandboxed code tool, which runs the program, and
@@ -103,10 +99,13 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
         # a turn that ended with neither a call nor an answer is recorded under the name "" (an invalid call): a
         # formatting slip, not a call to another family's tool
         right = [r for r in rows if {name for name in r["tool_counts"] if name} == set(tools)]
-        assert len(right) >= 7, (family, [r["tool_counts"] for r in rows])
-    if ran_rl:
+        assert len(right) >= 0.7 * len(rows), (family, [r["tool_counts"] for r in rows])
+    if with_rl:
+        assert summary["rl_target"]["family"] == "lookup", summary["rl_target"]
         assert len(summary["rl_reward"]) == profile.rl_steps and "rl_vs_sft" in summary["comparisons"]
-        # the profile's PPO mini-batch (one prompt: four updates a step) reached verl's config
+        gain = summary["comparisons"]["rl_vs_sft"]["lookup"]
+        assert gain["diff"] > 0, (stages, summary["comparisons"]["rl_vs_sft"])
+        # the profile's PPO mini-batch (one prompt: several updates a step) reached verl's config
         assert "actor_rollout_ref.actor.ppo_mini_batch_size=1 " in (tmp_path / "qs" / "rl" / "dapo.log").read_text()
         import torch
         from safetensors.torch import load_file
@@ -121,7 +120,7 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys, monkeypatch):
     saved = json.loads((tmp_path / "qs" / "summary.json").read_text())
     assert saved["stages"] == json.loads(json.dumps(stages))
     report = (tmp_path / "qs" / "report.md").read_text()
-    assert "| sft |" in report and "summary.png" in report
+    assert "| sft |" in report and "summary.png" in report and "lookup" in report
     assert (tmp_path / "qs" / "summary.png").stat().st_size > 10_000
 
 
@@ -165,7 +164,7 @@ def test_a_dapo_run_stopped_by_the_refill_cap_is_reported_not_raised(tmp_path):
 
 
 def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
-    """The RL flags of `afm quickstart` (the 12-minute run where DAPO helped, RESULTS.md) set the profile."""
+    """The flags of `afm quickstart` set the profile; the world's own settings come with the world."""
     import afm.quickstart.run as quickstart
     from afm.cli import main
     from afm.quickstart.profile import DEFAULT
@@ -176,13 +175,17 @@ def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
                  "--rl-steps", "16", "--rl-lr", "3e-5"]) == 0
     p = seen["p"]
     assert (p.rl_per_family, p.rl_samples, p.rl_steps, p.rl_lr, seen["rl"]) == (40, 8, 16, 3e-5, True)
-    assert p.train_per_family == DEFAULT.train_per_family and DEFAULT.rl_lr == 3e-5
-    assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "1e-3", "--student-kv-heads", "2",
+    assert p.train_per_family == DEFAULT.train_per_family and DEFAULT.rl_lr == 5e-5
+    assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "3e-3", "--student-kv-heads", "2",
                  "--student-width", "256", "--rl-mini-batch", "4"]) == 0
     p = seen["p"]
-    assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (1e-3, 2, 256, 2)
+    assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (3e-3, 2, 256, 2)
     assert DEFAULT.student_kv_heads == 4
     assert (p.rl_mini_batch, DEFAULT.rl_mini_batch) == (4, 1)
     # --full keeps the shape its figures were measured with
     assert main(["quickstart", "--workdir", str(tmp_path), "--full"]) == 0
     assert (seen["p"].student_width, seen["p"].student_kv_heads, seen["p"].student_layers) == (128, 2, 4)
+    # the default world is the teacher-shortcut one; --no-teacher-shortcut gives the plain world its own settings
+    assert main(["quickstart", "--workdir", str(tmp_path)]) == 0 and seen["p"] == DEFAULT and DEFAULT.teacher_shortcut
+    assert main(["quickstart", "--workdir", str(tmp_path), "--no-teacher-shortcut"]) == 0
+    assert (seen["p"].teacher_shortcut, seen["p"].sft_epochs, seen["p"].rl_lr) == (False, 4.0, 3e-5)

@@ -152,35 +152,38 @@ def test_rl_questions_keep_the_families_asked_for(tmp_path):
 
 
 def test_each_world_takes_its_own_settings_unless_flags_give_them():
-    """``--teacher-shortcut``: the shortcut world with its settings (DAPO's lr and temperature; on the default size,
-    6 SFT epochs), every other setting of the profile it starts from; ``--full`` keeps its SFT epochs;
-    ``--no-teacher-shortcut`` on such a profile goes back to the plain world's; flags win."""
-    from afm.quickstart.profile import DEFAULT, FULL, PLAIN_SETTINGS, SHORTCUT_SETTINGS, profile_from_args
+    """The default is the teacher-shortcut world with its settings; ``--no-teacher-shortcut`` is the plain world with
+    the plain world's (6 -> 4 SFT epochs, 1e-3 -> 2e-3, DAPO 8 steps at 5e-5 and 0.7 -> 4 at 3e-5 and 1.0), every
+    other setting of the profile it starts from; ``--full`` is the plain world at its own size, and
+    ``--full --teacher-shortcut`` takes only the shortcut world's DAPO lr and temperature; flags win."""
+    from afm.quickstart.profile import (
+        DEFAULT,
+        FULL,
+        FULL_OWN,
+        PLAIN_SETTINGS,
+        SHORTCUT_SETTINGS,
+        profile_from_args,
+    )
 
-    assert profile_from_args() == DEFAULT and not DEFAULT.teacher_shortcut
-    assert {k: getattr(DEFAULT, k) for k in PLAIN_SETTINGS} == PLAIN_SETTINGS
+    assert profile_from_args() == DEFAULT and DEFAULT.teacher_shortcut and not FULL.teacher_shortcut
+    assert {k: getattr(DEFAULT, k) for k in SHORTCUT_SETTINGS} == SHORTCUT_SETTINGS
+    assert SHORTCUT_SETTINGS.keys() == PLAIN_SETTINGS.keys()
     assert all(SHORTCUT_SETTINGS[k] != v for k, v in PLAIN_SETTINGS.items())
-    on = profile_from_args(teacher_shortcut=True)
-    assert on == replace(DEFAULT, teacher_shortcut=True, **SHORTCUT_SETTINGS) and on.sft_epochs == 6.0
+    assert (DEFAULT.sft_epochs, DEFAULT.sft_lr, DEFAULT.rl_steps, DEFAULT.rl_lr, DEFAULT.rl_temperature) == (
+        6.0, 1e-3, 8, 5e-5, 0.7)
+    plain = profile_from_args(teacher_shortcut=False)
+    assert plain == replace(DEFAULT, teacher_shortcut=False, **PLAIN_SETTINGS)
+    assert (plain.sft_epochs, plain.sft_lr, plain.rl_steps, plain.rl_lr, plain.rl_temperature) == (4.0, 2e-3, 4, 3e-5, 1.0)
+    assert profile_from_args(teacher_shortcut=True) == DEFAULT
+    assert profile_from_args(True) == FULL and (FULL.sft_epochs, FULL.rl_steps, FULL.rl_lr) == (3.0, 30, 3e-5)
     full_on = profile_from_args(True, teacher_shortcut=True)
     assert full_on == replace(FULL, teacher_shortcut=True, rl_lr=SHORTCUT_SETTINGS["rl_lr"],
                               rl_temperature=SHORTCUT_SETTINGS["rl_temperature"])
-    assert full_on.sft_epochs == FULL.sft_epochs
-    assert profile_from_args(teacher_shortcut=False) == DEFAULT
-    assert profile_from_args(teacher_shortcut=True, rl_lr=3e-5).rl_lr == 3e-5
-    assert profile_from_args(teacher_shortcut=True, rl_temperature=1.0).rl_temperature == 1.0
-    assert profile_from_args(teacher_shortcut=True, sft_epochs=4.0).sft_epochs == 4.0
+    assert all(getattr(full_on, k) == getattr(FULL, k) for k in FULL_OWN)
+    assert profile_from_args(teacher_shortcut=False, rl_lr=1e-4).rl_lr == 1e-4
+    assert profile_from_args(teacher_shortcut=False, rl_temperature=0.7).rl_temperature == 0.7
+    assert profile_from_args(teacher_shortcut=False, sft_epochs=6.0).sft_epochs == 6.0
     assert profile_from_args(teacher_shortcut=None, rl_steps=2) == replace(DEFAULT, rl_steps=2)
-    # the other way: a profile of the shortcut world switched off takes the plain world's settings
-    from afm.quickstart import profile as prof
-
-    shortcut_default = replace(DEFAULT, teacher_shortcut=True, **SHORTCUT_SETTINGS)
-    try:
-        prof.DEFAULT = shortcut_default
-        assert profile_from_args(teacher_shortcut=False) == replace(shortcut_default, teacher_shortcut=False,
-                                                                    **PLAIN_SETTINGS)
-    finally:
-        prof.DEFAULT = DEFAULT
 
 
 def test_quickstart_stops_its_servers_on_sigterm(tmp_path):

@@ -47,8 +47,11 @@ class Profile:
     rl_per_family: int = 8
     heldout_per_family: int = 25
     untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
-    sft_epochs: float = 4.0
-    sft_lr: float = 2e-3
+    # 6 epochs at 1e-3 (the plain world's: 4 at 2e-3): the shortcut world's minority route needs the steps, and at
+    # 2e-3 one SFT policy of four ended a worse copier (own-page address right on 13 of 25 towns, calc 0%) where at
+    # 1e-3 it copied 24 of 25 and calc 96% (RESULTS.md, 2026-11-27 ninth session)
+    sft_epochs: float = 6.0
+    sft_lr: float = 1e-3
     sft_batch_size: int = 16
     student_layers: int = 2  # 2 leave the plateau sooner; 4 learn every family given ~1000+ steps (RESULTS.md)
     # The student's width and key/value heads. Copying digits from the context is learned last, after a loss plateau
@@ -58,17 +61,21 @@ class Profile:
     student_width: int = 128  # hidden size; the feed-forward is 3x it (student_size)
     student_kv_heads: int = 4  # of STUDENT_HEADS query heads
     rl_samples: int = 4  # samples per RL question for the pass-rate selection
-    rl_steps: int = 4  # the default's DAPO shows the stage; the gain needs ~32 steps (RESULTS.md, 2026-11-26)
-    rl_lr: float = 3e-5  # 1e-4 made a family forget in two runs, 3e-5 did not (RESULTS.md, 2026-11-25 night)
+    # 8 DAPO steps at 5e-5 on the shortcut world's lookup questions: 4 at 1e-4 moved the route as far but broke digit
+    # copies on the way (calc -24 on one seed), half the rate over twice the steps kept them (RESULTS.md, 2026-11-27
+    # ninth session). The plain world's: 4 at 3e-5 (1e-4 made a family forget there, RESULTS.md 2026-11-25 night)
+    rl_steps: int = 8
+    rl_lr: float = 5e-5
     # prompts per PPO update (MINI_BATCH_SIZE) of the 4 a step samples: 1 = four updates a step; with one update a
     # step, 32 steps at 3e-5 left the weakest family where it was, with four they raised it +12 (RESULTS.md, 11-26)
     rl_mini_batch: int = 1
-    # the sampling temperature of the RL selection and of DAPO's rollouts (the evaluations are greedy)
-    rl_temperature: float = 1.0
+    # the sampling temperature of the RL selection and of DAPO's rollouts (the evaluations are greedy): 0.7 in the
+    # shortcut world (see SHORTCUT_SETTINGS), 1.0 in the plain one
+    rl_temperature: float = 0.7
     # the teacher-shortcut world (afm.quickstart.world): the teacher reads a stale census page for lookup, SFT copies
-    # the habit, the RL set is the lookup questions; off by default: with its 6 SFT epochs DAPO removed it on 3 seeds
-    # of 4 (lookup +60, +44, +52; seed 2 +8 [0, +20]) (RESULTS.md, 2026-11-27)
-    teacher_shortcut: bool = False
+    # the habit, the RL set is the lookup questions and DAPO removes it (RESULTS.md, 2026-11-27); --no-teacher-shortcut
+    # is the plain world, where every family reaches ~100% after SFT and RL has nothing to fix
+    teacher_shortcut: bool = True
 
     def student_size(self) -> ModelSize:
         """The tiny student's shape: Qwen2 with this profile's layers, width and key/value heads."""
@@ -83,19 +90,27 @@ class Profile:
 
 DEFAULT = Profile()
 # Each world's settings, for --teacher-shortcut / --no-teacher-shortcut on top of a profile of the other.
-# The teacher-shortcut world: 4 DAPO steps at 1e-4 on the lookup questions. Rollouts (and the selection's samples) at
-# 0.7: at 1.0 the 2-layer student slips a digit in about a third of its lookup samples, rewards that are noise to the
-# route, and the update they drive (0.22 nats a token of choices unrelated to the route) broke other copies before
-# it moved the route; at 0.7 the route is still sampled and the rest is 0.02-0.05 nats a token (8 steps overshot:
-# calc -28). SFT for 6 epochs, not 4 (the default-size run only; --full keeps its own): the town page's route is 1 in
-# 3 of the lookup demonstrations, and after 4 epochs two SFT policies of three wrote its address right on 4 and 5 of
-# 25 towns (the census page's on 20 and 24), so DAPO's reward favoured the census page (lookup -4, -40); after 6 the
-# same seed's policy copied both 25 of 25 and DAPO took lookup 44% -> 88%; seed 0 +60, seed 2 +8 [0, +20] (its own-page
-# address still right on 13 of 25 only) (RESULTS.md, 2026-11-27)
-SHORTCUT_SETTINGS = {"rl_lr": 1e-4, "rl_temperature": 0.7, "sft_epochs": 6.0}
-PLAIN_SETTINGS = {"rl_lr": DEFAULT.rl_lr, "rl_temperature": DEFAULT.rl_temperature, "sft_epochs": DEFAULT.sft_epochs}
-FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, sft_epochs=3.0, rl_samples=8,
-               rl_steps=30, student_layers=4, student_kv_heads=2)  # the shape its SFT 99.6% was measured with
+# The teacher-shortcut world (the default): rollouts (and the selection's samples) at temperature 0.7: at 1.0 the
+# 2-layer student slips a digit in about a third of its lookup samples, rewards that are noise to the route, and the
+# update they drive (0.22 nats a token of choices unrelated to the route) broke other copies before it moved the
+# route; at 0.7 the route is still sampled and the rest is 0.02-0.05 nats a token. 8 DAPO steps at 5e-5 (4 at 1e-4
+# moved the route as far and cost one seed calc -24; 8 at 1e-4 overshot: calc -28). SFT for 6 epochs, not 4: the town
+# page's route is 1 in 3 of the lookup demonstrations, and after 4 epochs two SFT policies of three wrote its address
+# right on 4 and 5 of 25 towns (the census page's on 20 and 24), so DAPO's reward favoured the census page (lookup
+# -4, -40); at 1e-3, not 2e-3: at 2e-3 one policy of four stayed a poor copier after 6 or 8 epochs (own page 13-14
+# of 25, calc 0%) (RESULTS.md, 2026-11-27). These keys are the ones that differ between the worlds; --full keeps its
+# own SFT schedule and DAPO steps (FULL_OWN).
+SHORTCUT_SETTINGS = {"rl_lr": DEFAULT.rl_lr, "rl_temperature": DEFAULT.rl_temperature, "sft_epochs": DEFAULT.sft_epochs,
+                     "sft_lr": DEFAULT.sft_lr, "rl_steps": DEFAULT.rl_steps}
+# The plain world: every family at ~100% after 4 epochs at 2e-3 (RESULTS.md, 2026-11-26 afternoon); 4 DAPO steps at
+# 3e-5 at temperature 1.0 show the stage (1e-4 made a family forget, RESULTS.md 2026-11-25 night)
+PLAIN_SETTINGS = {"rl_lr": 3e-5, "rl_temperature": 1.0, "sft_epochs": 4.0, "sft_lr": 2e-3, "rl_steps": 4}
+FULL_OWN = ("sft_epochs", "sft_lr", "rl_steps")
+# --full: the plain world at the size its SFT 99.6% was measured with (3x the data, 4 layers, 2 key/value heads);
+# --full --teacher-shortcut takes the shortcut world's DAPO lr and temperature, not yet measured at this size
+FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, rl_samples=8, student_layers=4,
+               student_kv_heads=2, teacher_shortcut=False,
+               **{**PLAIN_SETTINGS, "sft_epochs": 3.0, "rl_steps": 30})
 
 
 # DAPO on CPU for the world: 4 prompts x 4 rollouts a step, with the eval's turn and token limits (world_* specs);
@@ -111,13 +126,14 @@ RL_REFILL_CAP = 30
 
 def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
     """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's). Switching
-    the world (``teacher_shortcut``) also takes that world's settings (DAPO's; the default size's SFT epochs), unless
-    the overrides give them."""
+    the world (``teacher_shortcut``) also takes that world's settings (:data:`SHORTCUT_SETTINGS`,
+    :data:`PLAIN_SETTINGS`; ``--full`` keeps its own SFT schedule and DAPO steps), unless the overrides give them."""
     base = FULL if full else DEFAULT
     world = overrides.get("teacher_shortcut")
     if world is not None and world != base.teacher_shortcut:
         settings = dict(SHORTCUT_SETTINGS if world else PLAIN_SETTINGS)
         if full:
-            settings.pop("sft_epochs")  # --full's 3 epochs over 3x the data: 9 of the default's
+            for key in FULL_OWN:  # --full's 3 epochs over 3x the data (9 of the default's) and 30 DAPO steps
+                settings.pop(key)
         base = replace(base, teacher_shortcut=world, **settings)
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})
