@@ -2,13 +2,13 @@
 
 Runs the default profile (or ``--full``) once per seed, each in its own work folder, one after another, and reads
 each run's ``summary.json``. Per seed it prints the stage times, SFT and RL accuracy on the RL target family
-(``rl_target`` in its summary: ``lookup`` with ``--teacher-shortcut``) with the paired RL − SFT difference and its 95% CI, and any other family RL made
+(``rl_target`` in its summary: ``lookup`` in the default world) with the paired RL − SFT difference and its 95% CI, and any other family RL made
 worse beyond its CI (a resolved negative difference). The spread check of issue 28: on every seed, RL − SFT on the
 target family >= ``--min-gain`` points with the CI above 0, and no other family resolved below 0. Exit 1 when a
 seed fails it. The 1-minute load average before and after each run is printed: the machine may be shared.
 
     .venv/bin/python benchmarks/bench_quickstart.py [--seeds 0 1 2] [--out benchmarks/out/quickstart] [--full]
-        [--teacher-shortcut] [-- more afm quickstart flags, e.g. --sft-epochs 6]
+        [--teacher-shortcut] [-- more afm quickstart flags, e.g. --no-teacher-shortcut]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out" / "quickstart")
     p.add_argument("--full", action="store_true")
     p.add_argument("--min-gain", type=float, default=0.10, help="RL - SFT on the target family (fraction)")
-    p.add_argument("--teacher-shortcut", action="store_true", help="the teacher-shortcut world (RL target: lookup)")
+    p.add_argument("--teacher-shortcut", action="store_true", help="pass --teacher-shortcut (the default world since 2026-11-27)")
     p.add_argument("extra", nargs="*", help="more afm quickstart flags (after --)")
     args = p.parse_args(argv)
     extra = (["--teacher-shortcut"] if args.teacher_shortcut else []) + list(args.extra)

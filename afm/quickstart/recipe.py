@@ -151,8 +151,9 @@ def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, se
         "report_to": "none", "plot_loss": True, "overwrite_cache": True, "preprocessing_num_workers": 1,
         "output_dir": str(out), "overwrite_output_dir": True, "ignore_observation": True,
         "ignore_observation_token": "observation", "seed": seed, "bf16": False, "fp16": False,
-        # LLaMA-Factory checkpoints activations unless told not to: on a sub-million-parameter student that only
-        # recomputes the forward pass (the same loss, 15% slower steps; RESULTS.md 2026-11-27)
+        # LLaMA-Factory checkpoints activations unless told not to, for memory this student does not need; off, the
+        # losses are the same step by step and the step time the same within noise (1.01x, bench_quickstart_sft.py,
+        # RESULTS.md 2026-11-27 ninth session)
         "disable_gradient_checkpointing": True,
     }
 

@@ -10,8 +10,8 @@
 5. masked SFT (``afm-sft train``, a real LLaMA-Factory run), evaluated;
 6. RL selection: the SFT policy samples the RL split, ``afm data select`` keeps what it does not always solve;
 7. DAPO through verl's real trainer on the local CPU backend (``experiments/train_dapo_code_agent.sh --local``),
-   evaluated; with ``--teacher-shortcut`` (the teacher-shortcut world of :mod:`afm.quickstart.world`) the RL set is the
-   ``lookup`` questions, where the SFT policy copied its teacher's shortcut, and DAPO is meant to fix them;
+   evaluated; in the teacher-shortcut world (:mod:`afm.quickstart.world`, the default) the RL set is the ``lookup``
+   questions, where the SFT policy copied its teacher's shortcut, and DAPO is meant to fix them;
 8. ``summary.json``, ``report.md`` and ``summary.png``: accuracy per stage and family with CIs, tool calls per task,
    tokens per solved task, paired differences.
 """

@@ -26,7 +26,8 @@ pattern instead of four. Before, every default run ended with one family at 0-4%
 shape, the student's ``rope_theta`` at 1e6 and a key/value head per query head, the default learns all four
 (benchmarks/RESULTS.md, 2026-11-26 afternoon).
 
-**The teacher-shortcut world** (``build_world(shortcut=True)``, ``afm quickstart --teacher-shortcut``): the shortcut
+**The teacher-shortcut world** (``build_world(shortcut=True)``, what ``afm quickstart`` runs unless
+``--no-teacher-shortcut``): the shortcut
 RL is meant to remove (the paper's second half: agentic RL takes the distilled agent beyond its teacher). Each town
 also has a census page (``census-town-4821.html``: "Its population was 47102 at the last census"), and the search
 ranks it first for "Town 4821 population"; for half the towns (``CENSUS_CURRENT``) the town has grown or shrunk
@@ -53,12 +54,14 @@ temperature 0.7 flipped it on every held-out town from one SFT policy (``lookup`
 not, because that policy wrote the town's own address wrongly (right on 4 of 25 towns against 20 of 25 for the
 census page's): a route copied worse is a route RL learns to avoid. Two addresses that make both copies alike
 (``census/town-4821`` with ``town-4821``; ``census/town-4821`` with ``pages/town-4821``) either kept the asymmetry or
-kept the student on the SFT loss plateau in 3 of 3 runs, so the world is back on this one, opt-in. Routes through
+kept the student on the SFT loss plateau in 3 of 3 runs, so the world is back on this one. Routes through
 the wiki (as the shortcut or as the careful route, the choice in the first thought or after the search) and twice the
 ``lookup`` questions did no better (RESULTS.md, 2026-11-27 morning): the route shown 1 time in 3 is copied worse.
 What helped is more steps: with 6 SFT epochs (``SHORTCUT_SETTINGS``) seeds 0, 1 and 3 copied both addresses right
-on 21-25 of 25 towns and DAPO took ``lookup`` +60, +44 and +52; seed 2 copied its own page's on 13 and gained +8
-[0, +20].
+on 21-25 of 25 towns and DAPO took ``lookup`` +60, +44 and +52; seed 2 copied its own page's on 13 (14 after 8
+epochs) and gained +8 [0, +20]. At SFT lr 1e-3 instead of 2e-3 the same seed copied 24 of 25; DAPO's 4 steps at 1e-4
+then broke digit copies on seed 0 (``calc`` -24), and 8 steps at 5e-5 moved the route without that: ``lookup`` +40,
++48, +32 on seeds 0-2 with no other family below its CI (RESULTS.md, 2026-11-27 ninth session): the default.
 
 Splits ``train`` (teacher distillation), ``rl`` (agentic RL) and ``heldout`` (evaluation) are disjoint in towns,
 people and arithmetic operands. Facts are invented, so an answer can
