@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             losses.setdefault(name, [r["loss"] for r in rows if "loss" in r])
             print(f"run {i + 1}/4: {name:13s} {rate:.3f} steps/s", flush=True)
     a, b = statistics.median(rates["checkpointing"]), statistics.median(rates["none"])
-    same = all(abs(x - y) <= 1e-3 * max(abs(x), 1e-6) for x, y in zip(losses["checkpointing"], losses["none"]))
+    same = all(abs(x - y) <= 1e-3 * max(abs(x), 1e-6) for x, y in zip(losses["checkpointing"], losses["none"], strict=True))
     print(f"checkpointing {a:.3f} steps/s, none {b:.3f} steps/s (medians of 2): none/checkpointing {b / a:.3f}x; "
           f"losses agree step by step (rel 1e-3): {same}")
     return 0
