@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out" / "quickstart")
     p.add_argument("--full", action="store_true")
     p.add_argument("--min-gain", type=float, default=0.10, help="RL - SFT on the target family (fraction)")
-    p.add_argument("--teacher-shortcut", action="store_true", help="pass --teacher-shortcut (the default world since 2026-11-27)")
+    p.add_argument("--teacher-shortcut", action="store_true", help="pass --teacher-shortcut (the default world already; with --full, which is the plain world, it switches)")
     p.add_argument("extra", nargs="*", help="more afm quickstart flags (after --)")
     args = p.parse_args(argv)
     extra = (["--teacher-shortcut"] if args.teacher_shortcut else []) + list(args.extra)
