@@ -107,3 +107,19 @@ def test_the_student_and_dapo_take_the_profiles_values():
     assert profile.FULL.student_size().num_layers == profile.FULL.student_layers != profile.DEFAULT.student_layers
     assert p.sft_schedule() == profile.SftSchedule(p.sft_epochs, p.sft_batch_size, p.sft_lr)
     assert "LR" not in profile.RL_KNOBS  # train_rl takes the profile's rl_lr
+
+
+def test_the_sft_step_runs_as_sorted_micro_batches():
+    """The quickstart's SFT step of 16 rows runs as two length-sorted micro-batches of 8 (the same step, less
+    padding: afm.sft.sorted_batches); a batch that does not split evenly is refused."""
+    import pytest
+
+    from afm.quickstart.recipe import sft_config
+
+    cfg = sft_config(Path("m"), Path("d"), Path("o"), profile.DEFAULT.sft_schedule())
+    assert cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] == profile.DEFAULT.sft_batch_size
+    assert cfg["gradient_accumulation_steps"] == 2 and cfg["sort_micro_batches"] is True
+    one = sft_config(Path("m"), Path("d"), Path("o"), profile.SftSchedule(1.0, 16, 1e-3, micro_batches=1))
+    assert one["per_device_train_batch_size"] == 16 and one["sort_micro_batches"] is False
+    with pytest.raises(ValueError, match="does not split"):
+        profile.SftSchedule(1.0, 16, 1e-3, micro_batches=3)

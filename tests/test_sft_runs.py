@@ -88,6 +88,41 @@ def test_sft_masked_vs_unmasked_and_packed(tiny_model, demo_data, tmp_path):
     assert reports["packed"] == reports["masked"]
 
 
+def _weights(model_dir) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+def test_sorted_micro_batches_train_the_same_step_with_less_padding(tiny_model, demo_data, tmp_path):
+    """sort_micro_batches: one step of 8 rows as one batch and as two sorted micro-batches of 4 (gradient
+    accumulation) trains the same rows to the same weights; the log says what the sorting saved."""
+    weights, logs = {}, {}
+    for name, (micro, accum) in {"one": (8, 1), "two": (4, 2)}.items():
+        cfg, out = _train(tmp_path, name, model=tiny_model, data=demo_data, per_device_train_batch_size=micro,
+                          gradient_accumulation_steps=accum, max_steps=1, sort_micro_batches=True)
+        proc = run_afm_sft(["train", str(cfg)])
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        weights[name], logs[name] = _weights(out), proc.stdout
+    assert "each step's 8 rows longest first, in micro-batches of 4" in logs["two"]
+    assert "same rows and gradient per step" in logs["two"]
+    untrained = _weights(tiny_model)
+    for key, tensor in weights["one"].items():
+        # float32, the loss summed in another order: equal to ~1e-7; the step itself moved them ~lr (1e-3)
+        assert torch_allclose(weights["two"][key], tensor, atol=2e-6), key
+    assert any(not torch_allclose(untrained[k], t, atol=1e-5) for k, t in weights["one"].items())
+    cfg, _ = _train(tmp_path, "refused", model=tiny_model, data=demo_data, stage="dpo", dataset="afm_demo_dpo",
+                    sort_micro_batches=True)
+    proc = run_afm_sft(["train", str(cfg)])
+    assert proc.returncode != 0 and "sort_micro_batches is implemented for stage sft only" in proc.stderr
+
+
+def torch_allclose(a, b, atol: float) -> bool:
+    import torch
+
+    return torch.allclose(a.float(), b.float(), atol=atol, rtol=0)
+
+
 def test_dpo_masked(tiny_model, demo_data, tmp_path):
     cfg, out = _train(tmp_path, "dpo", model=tiny_model, data=demo_data, stage="dpo", dataset="afm_demo_dpo",
                       pref_beta=0.1, pref_loss="sigmoid")

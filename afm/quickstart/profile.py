@@ -34,9 +34,20 @@ class SftSchedule:
     """The masked SFT run (LLaMA-Factory); epochs, batch size and learning rate come from a :class:`Profile`."""
 
     epochs: float
-    batch_size: int
+    batch_size: int  # rows per optimizer step
     learning_rate: float
     cutoff_len: int = 768
+    # Each step's rows go through the model in this many micro-batches (gradient accumulation), longest rows first
+    # (sort_micro_batches, afm.sft.sorted_batches): the same rows and gradient per step as one batch, with less
+    # padding. The lookup rows are ~500 tokens and the rest 210-400, and nearly every shuffled batch of 16 holds one
+    # lookup row, so one batch pads to ~500; two sorted micro-batches of 8 cut the padded tokens 13% and the SFT
+    # step time 1.3x (benchmarks/bench_quickstart_sft.py, RESULTS.md 2026-11-27 tenth session)
+    micro_batches: int = 2
+
+    def __post_init__(self) -> None:
+        if self.micro_batches < 1 or self.batch_size % self.micro_batches:
+            raise ValueError(f"the SFT batch of {self.batch_size} rows does not split into {self.micro_batches} "
+                             "equal micro-batches")
 
 
 @dataclass(frozen=True)

@@ -145,8 +145,10 @@ def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, se
     return {
         "model_name_or_path": str(model), "stage": "sft", "do_train": True, "finetuning_type": "full",
         "dataset": SFT_DATASET, "dataset_dir": str(data_dir), "template": "qwen",
-        "cutoff_len": schedule.cutoff_len, "per_device_train_batch_size": schedule.batch_size,
-        "gradient_accumulation_steps": 1, "learning_rate": schedule.learning_rate, "lr_scheduler_type": "cosine",
+        "cutoff_len": schedule.cutoff_len,
+        "per_device_train_batch_size": schedule.batch_size // schedule.micro_batches,
+        "gradient_accumulation_steps": schedule.micro_batches, "sort_micro_batches": schedule.micro_batches > 1,
+        "learning_rate": schedule.learning_rate, "lr_scheduler_type": "cosine",
         "warmup_ratio": 0.05, "num_train_epochs": schedule.epochs, "logging_steps": 5, "save_strategy": "no",
         "report_to": "none", "plot_loss": True, "overwrite_cache": True, "preprocessing_num_workers": 1,
         "output_dir": str(out), "overwrite_output_dir": True, "ignore_observation": True,

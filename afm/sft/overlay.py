@@ -12,6 +12,9 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
    ``loader._get_preprocessed_dataset`` prints and saves the mask report after each dataset.
 4. ``llamafactory.launcher.__file__`` points at :mod:`afm.sft.launcher`, so torchrun workers re-execute our
    entry point (with the patches) instead of LLaMA-Factory's.
+5. ``sort_micro_batches: true`` (SFT): ``tuner.run_sft`` is wrapped to carry the flag to the trainer, whose
+   ``_get_train_sampler`` then returns :class:`afm.sft.sorted_batches.LengthSortedStepSampler` (the same random
+   steps, each step's rows longest first, so its micro-batches pad less; the gradient is unchanged).
 
 Every upstream name touched here is listed in :data:`afm.sft.compat.UPSTREAM` (tested one by one), and
 :func:`apply` first checks that the installed LLaMA-Factory is a supported release.
@@ -44,6 +47,7 @@ from llamafactory.hparams.data_args import DataArguments
 
 from afm.sft.compat import require_supported
 from afm.sft.masking import mask_observation_labels
+from afm.sft.sorted_batches import LengthSortedStepSampler, padding_estimate
 from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
 from afm.sft.token_bytes import TokenBytes
 from afm.trajectory.parse import pairing_problems
@@ -87,6 +91,14 @@ class AfmDataArguments(DataArguments):
             "help": "Which broken samples to drop before masking: `observation` (the masked tag is unclosed or "
             "stray), `tags` (also any other CoA tag unclosed, stray or nested: strict, drops thoughts that quote a "
             "tag), `none`. Truncation inside an observation always drops."
+        },
+    )
+    sort_micro_batches: bool = field(
+        default=False,
+        metadata={
+            "help": "SFT: draw each optimizer step's rows at random as usual, then order them longest first, so "
+            "with gradient_accumulation_steps > 1 (or several ranks) each micro-batch pads to rows of its own "
+            "length. Same rows and same gradient per step, fewer padded tokens."
         },
     )
     afm_overlay_fingerprint: str = field(default=OVERLAY_FINGERPRINT, init=False, repr=False)
@@ -444,10 +456,61 @@ def _patch_parser() -> None:
                 f"ignore_observation is implemented for stage sft, dpo and rm; stage {stage!r} would still train on "
                 "observations. Remove ignore_observation or use one of those stages."
             )
+        if getattr(data_args, "sort_micro_batches", False):
+            if stage != "sft":
+                raise ValueError(f"sort_micro_batches is implemented for stage sft only, not {stage!r}; remove it")
+            if getattr(finetuning_args, "disable_shuffling", False):
+                raise ValueError("sort_micro_batches shuffles rows into steps; it cannot keep disable_shuffling's "
+                                 "file order. Remove one of the two.")
         return parsed
 
     lf_parser._parse_train_args = _parse_train_args
     lf_parser._afm_patched = True
+
+
+# sort_micro_batches of the run_sft call in progress in this process (each rank runs run_sft once)
+_SORT_MICRO_BATCHES = {"on": False}
+
+
+def _patch_sorted_micro_batches() -> None:
+    """``sort_micro_batches``: carry the data argument to the SFT trainer's sampler."""
+    # imported here: the training modules are heavy, and only a training process applies the overlay
+    from llamafactory.train import tuner as lf_tuner
+    from llamafactory.train.sft import trainer as lf_sft_trainer
+
+    if getattr(lf_tuner, "_afm_sort_patched", False):
+        return
+    orig_run_sft = lf_tuner.run_sft
+
+    @functools.wraps(orig_run_sft)
+    def run_sft(model_args, data_args, training_args, finetuning_args, *args, **kwargs):
+        _SORT_MICRO_BATCHES["on"] = bool(getattr(data_args, "sort_micro_batches", False))
+        try:
+            return orig_run_sft(model_args, data_args, training_args, finetuning_args, *args, **kwargs)
+        finally:
+            _SORT_MICRO_BATCHES["on"] = False
+
+    trainer_cls = lf_sft_trainer.CustomSeq2SeqTrainer
+    orig_sampler = trainer_cls._get_train_sampler
+
+    @functools.wraps(orig_sampler)
+    def _get_train_sampler(self, *args, **kwargs):
+        dataset = args[0] if args else kwargs.get("train_dataset")
+        dataset = self.train_dataset if dataset is None else dataset
+        if not _SORT_MICRO_BATCHES["on"] or dataset is None or "input_ids" not in dataset.column_names:
+            return orig_sampler(self, *args, **kwargs)
+        a = self.args
+        lengths = [len(ids) for ids in dataset["input_ids"]]
+        micro = a.per_device_train_batch_size
+        step = micro * a.gradient_accumulation_steps * a.world_size
+        seed = a.data_seed if a.data_seed is not None else a.seed
+        if a.should_log:
+            print(padding_estimate(lengths, step, micro, seed).format(step, micro), flush=True)
+        return LengthSortedStepSampler(lengths, step, seed)
+
+    lf_tuner.run_sft = run_sft
+    trainer_cls._get_train_sampler = _get_train_sampler
+    lf_tuner._afm_sort_patched = True
 
 
 def _replace_data_arguments() -> None:
@@ -472,5 +535,6 @@ def apply() -> None:
     pair = lf_pairwise.PairwiseDatasetProcessor
     _wrap_processor(pair, pairwise=True, encode_owner=pair)
     _patch_loader()
+    _patch_sorted_micro_batches()
     # The file torchrun re-runs on every rank; named, not imported (it imports this module when run).
     lf_launcher.__file__ = str(Path(__file__).with_name("launcher.py"))
