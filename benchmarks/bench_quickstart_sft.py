@@ -1,13 +1,15 @@
-"""The quickstart's masked SFT step time with and without LLaMA-Factory's activation checkpointing.
+"""The quickstart's masked SFT step time, A against B: activation checkpointing, or sorted micro-batches.
 
 Takes a finished ``afm quickstart`` run's SFT set and untrained student, and runs the quickstart's own SFT yaml
 (``afm.quickstart.recipe.sft_config``) for ``--steps`` optimizer steps, A-B-B-A (each run a fresh ``afm-sft train``
-process): A with ``disable_gradient_checkpointing: false`` (LLaMA-Factory's default), B with ``true`` (what the
-quickstart sets). Prints each run's steps/s over the steps after ``--warmup`` (from ``trainer_log.jsonl``), the
-medians, the ratio, and whether the two variants' losses agree (checkpointing recomputes the forward pass; it must
-not change the numbers).
+process). ``--compare checkpointing``: A with ``disable_gradient_checkpointing: false`` (LLaMA-Factory's default), B
+with ``true`` (what the quickstart sets). ``--compare sorting``: A runs each 16-row step as one batch, B as two
+length-sorted micro-batches of 8 (what the quickstart sets, ``sort_micro_batches``); both draw their steps with the
+same sampler, so they train the same rows step by step. Prints each run's steps/s over the steps after ``--warmup``
+(from ``trainer_log.jsonl``), the medians, the ratio, and whether A's and B's losses agree step by step (neither
+change may change the numbers).
 
-    .venv/bin/python benchmarks/bench_quickstart_sft.py runs/quickstart [--steps 80] [--warmup 10]
+    .venv/bin/python benchmarks/bench_quickstart_sft.py runs/quickstart [--compare sorting] [--steps 80] [--warmup 10]
 """
 
 from __future__ import annotations
@@ -27,15 +29,26 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_once(work: Path, out: Path, steps: int, checkpointing: bool) -> list[dict[str, Any]]:
-    """One ``afm-sft train`` of ``steps`` steps; its trainer log rows."""
+# each comparison's A and B: the yaml keys that differ from the quickstart's own config
+VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
+    "checkpointing": {"checkpointing": {"disable_gradient_checkpointing": False},
+                      "none": {"disable_gradient_checkpointing": True}},
+    "sorting": {"one batch": {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1,
+                              "sort_micro_batches": True},
+                "2 sorted x 8": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
+                                 "sort_micro_batches": True}},
+}
+
+
+def run_once(work: Path, out: Path, steps: int, overrides: dict[str, Any]) -> list[dict[str, Any]]:
+    """One ``afm-sft train`` of ``steps`` steps with the quickstart's yaml plus ``overrides``; its trainer log rows."""
     from afm.quickstart.profile import Profile
     from afm.quickstart.recipe import sft_config
 
     profile = Profile(**{k: v for k, v in json.loads((work / "profile.json").read_text()).items()
                          if k in Profile.__dataclass_fields__})
     cfg = sft_config(work / "student", work / "distill" / "sft_data", out, profile.sft_schedule())
-    cfg.update(max_steps=steps, logging_steps=1, plot_loss=False, disable_gradient_checkpointing=not checkpointing)
+    cfg.update(max_steps=steps, logging_steps=1, plot_loss=False, **overrides)
     path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
@@ -62,20 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("workdir", type=Path, help="a finished afm quickstart run (its student and SFT set)")
     p.add_argument("--steps", type=int, default=80)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--compare", choices=sorted(VARIANTS), default="checkpointing")
     args = p.parse_args(argv)
-    rates: dict[str, list[float]] = {"checkpointing": [], "none": []}
+    (name_a, over_a), (name_b, over_b) = VARIANTS[args.compare].items()
+    rates: dict[str, list[float]] = {name_a: [], name_b: []}
     losses: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="afm-bench-sft-") as tmp:
-        for i, ckpt in enumerate((True, False, False, True)):
-            name = "checkpointing" if ckpt else "none"
-            rows = run_once(args.workdir, Path(tmp) / f"{name}_{i}", args.steps, ckpt)
+        for i, (name, over) in enumerate(((name_a, over_a), (name_b, over_b), (name_b, over_b), (name_a, over_a))):
+            rows = run_once(args.workdir, Path(tmp) / f"run_{i}", args.steps, over)
             rate = steps_per_second(rows, args.warmup)
             rates[name].append(rate)
             losses.setdefault(name, [r["loss"] for r in rows if "loss" in r])
             print(f"run {i + 1}/4: {name:13s} {rate:.3f} steps/s", flush=True)
-    a, b = statistics.median(rates["checkpointing"]), statistics.median(rates["none"])
-    same = all(abs(x - y) <= 1e-3 * max(abs(x), 1e-6) for x, y in zip(losses["checkpointing"], losses["none"], strict=True))
-    print(f"checkpointing {a:.3f} steps/s, none {b:.3f} steps/s (medians of 2): none/checkpointing {b / a:.3f}x; "
+    a, b = statistics.median(rates[name_a]), statistics.median(rates[name_b])
+    same = all(abs(x - y) <= 1e-3 * max(abs(x), 1e-6) for x, y in zip(losses[name_a], losses[name_b], strict=True))
+    print(f"{name_a} {a:.3f} steps/s, {name_b} {b:.3f} steps/s (medians of 2): {name_b}/{name_a} {b / a:.3f}x; "
           f"losses agree step by step (rel 1e-3): {same}")
     return 0
 

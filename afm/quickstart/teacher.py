@@ -246,6 +246,8 @@ class Solver:
 
 class _Handler(BaseHTTPRequestHandler):
     solver: Solver
+    # keep-alive: the distillation client reuses its connections (HTTP/1.0 closed each: ~11k connects a run)
+    protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
