@@ -41,7 +41,7 @@ class SftSchedule:
     # (sort_micro_batches, afm.sft.sorted_batches): the same rows and gradient per step as one batch, with less
     # padding. The lookup rows are ~500 tokens and the rest 210-400, and nearly every shuffled batch of 16 holds one
     # lookup row, so one batch pads to ~500; two sorted micro-batches of 8 cut the padded tokens 13% and the SFT
-    # step time 1.3x (benchmarks/bench_quickstart_sft.py, RESULTS.md 2026-11-27 tenth session)
+    # step time 1.35x (benchmarks/bench_quickstart_sft.py --compare sorting, RESULTS.md 2026-11-27 tenth session)
     micro_batches: int = 2
 
     def __post_init__(self) -> None:
