@@ -149,8 +149,9 @@ def test_cli_flags_without_config_file(tiny_model, demo_data, tmp_path):
 
 
 def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
+    # with sorted micro-batches: a step is 2 rows x 2 micro-batches x 2 ranks, drawn by one sampler on both ranks
     cfg, out = _train(tmp_path, "ddp", model=tiny_model, data=demo_data, per_device_train_batch_size=2, max_steps=2,
-                      ddp_backend="gloo")
+                      ddp_backend="gloo", gradient_accumulation_steps=2, sort_micro_batches=True)
     proc = run_afm_sft(["train", str(cfg)], env={"FORCE_TORCHRUN": "1", "NPROC_PER_NODE": "2",
                                                  "MASTER_PORT": "29531", "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -158,6 +159,7 @@ def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
     assert "Initializing 2 distributed tasks" in logs
     # both ranks parsed ignore_observation: stock LLaMA-Factory workers would reject the unknown key
     assert "process rank: 1, world size: 2" in logs.lower()
+    assert "each step's 8 rows longest first, in micro-batches of 2" in logs
     single = {k: v for k, v in yaml.safe_load(cfg.read_text()).items() if k != "ddp_backend"}
     assert _report(out) == _expected_report(single)  # both ranks' work counted once
 
