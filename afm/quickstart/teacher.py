@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -285,14 +286,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that leaves a kept-alive connection (a distillation cancelled by a signal) is not the teacher's
+        # error: no traceback for it
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class TeacherModel:
     """The rule-based teacher served on 127.0.0.1 in a background thread (``base_url`` ends in ``/v1``)."""
 
     def __init__(self, seed: int = 0, mistake_rate: float = TEACHER_MISTAKE_RATE,
                  miss_rate: float = TEACHER_MISS_RATE, shortcut_rate: float = 0.0) -> None:
         handler = type("Handler", (_Handler,), {"solver": Solver(seed, mistake_rate, miss_rate, shortcut_rate)})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
