@@ -48,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "quickstart": {"agent", "common", "data", "eval", "launch", "model", "prompts", "servers", "offline", "rewards",
                    "tools", "trajectory", "sandbox", "demo_content"},
     "doctor": {"sft", "sandbox"},
-    "cli": {"agent", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "model"},
+    "cli": {"agent", "common", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "model"},
 }
 
 

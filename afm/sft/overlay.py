@@ -497,7 +497,8 @@ def _patch_sorted_micro_batches() -> None:
     def _get_train_sampler(self, *args, **kwargs):
         dataset = args[0] if args else kwargs.get("train_dataset")
         dataset = self.train_dataset if dataset is None else dataset
-        if not _SORT_MICRO_BATCHES["on"] or dataset is None or "input_ids" not in dataset.column_names:
+        # a streaming dataset has no lengths to sort by (and no column_names list): LLaMA-Factory's own sampler
+        if not _SORT_MICRO_BATCHES["on"] or "input_ids" not in (getattr(dataset, "column_names", None) or ()):
             return orig_sampler(self, *args, **kwargs)
         a = self.args
         lengths = [len(ids) for ids in dataset["input_ids"]]
