@@ -82,18 +82,13 @@ class PaddingEstimate:
 
 
 def padding_estimate(lengths: Sequence[int], step_size: int, micro_batch: int, seed: int = 0) -> PaddingEstimate:
-    """What sorting saves on one epoch: the same steps cut into micro-batches in shuffled and in sorted order."""
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    order = torch.randperm(len(lengths), generator=generator).tolist()
+    """What sorting saves on one epoch: the same steps cut into micro-batches in shuffled and in sorted order
+    (``step_size`` a multiple of ``micro_batch``, so no micro-batch spans two steps)."""
+    shuffled = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(seed)).tolist()
+    sorted_ = sorted_step_indices(lengths, step_size, torch.Generator().manual_seed(seed))  # the same permutation
 
-    def padded(indices: list[int]) -> int:
-        return sum(max(lengths[i] for i in indices[k:k + micro_batch]) * len(indices[k:k + micro_batch])
-                   for k in range(0, len(indices), micro_batch))
+    def padded(order: list[int]) -> int:
+        return sum(max(lengths[i] for i in order[k:k + micro_batch]) * len(order[k:k + micro_batch])
+                   for k in range(0, len(order), micro_batch))
 
-    shuffled = sorted_ = 0
-    for start in range(0, len(order), step_size):
-        chunk = order[start:start + step_size]
-        shuffled += padded(chunk)
-        sorted_ += padded(sorted(chunk, key=lambda i: -lengths[i]))
-    return PaddingEstimate(real_tokens=sum(lengths), shuffled_tokens=shuffled, sorted_tokens=sorted_)
+    return PaddingEstimate(real_tokens=sum(lengths), shuffled_tokens=padded(shuffled), sorted_tokens=padded(sorted_))
