@@ -22,6 +22,20 @@ prints the sample outputs passes), so the first such result in a process logs a 
 A ``sandbox_error`` (the sandbox itself failed, not the program) is an infrastructure failure, not a wrong
 answer: the result has ``infra_error`` set (see :mod:`afm.rewards.score` for what callers do with it).
 
+**What a program can and cannot do to its grade.** Stdin tests run the program alone and compare its stdout here.
+Functional tests (``fn_name``) and assert-based checks (``functional``, HumanEval ``test``) go through
+:mod:`afm.sandbox.grade_harness`: the checks run in a checker process that the program cannot reach, call the
+program's functions by proxy, and get its return values back as plain data; the verdict is the checker's, never
+the program's exit status. A program that exits (``os._exit``, ``sys.exit``, ``SystemExit``), dies, returns an object
+that is not plain data (an ``__eq__`` that is always true, a ``list`` subclass), or raises ``KeyboardInterrupt``
+scores 0 with ``details.status`` ``exited`` / ``non_plain`` / ``runtime_error``; replacing builtins or module functions
+changes only its own process; it never sees the checks or the expected outputs. A HumanEval ``import_prefix`` runs
+in the checker as trusted code (its helpers, such as ``poly``, are the checks' own). Killing every process it can
+reach is a wrong answer, never a sandbox failure: the jail's server is PID 1 of the jail, which ignores its signals.
+
+A program (or an unfenced answer) over :data:`MAX_CODE_CHARS` characters is refused unread (``method``
+``answer_too_large``); one that Python cannot parse (deep nesting included) is no code.
+
 Score 1 when every test passes (LiveCodeBench's pass@1 rule), else 0. Options: ``code_timeout`` (s per test,
 default 6), ``code_memory_mb`` (default 4096), ``code_float_tol`` (default 0: numbers must be equal, as in LCB),
 ``code_sandbox`` (a :class:`afm.sandbox.SandboxConfig` mapping for the shared sandbox).
@@ -38,15 +52,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from afm.rewards.errors import RewardConfigError
 from afm.rewards.ground_truth import GroundTruth
 from afm.sandbox import Limits, Sandbox, SandboxConfig
-from afm.sandbox.grading import GradeResult, agrade, agrade_asserts
+from afm.sandbox.grading import FUNCTIONAL_HEADER, GradeResult, agrade, agrade_asserts
 from afm.trajectory import last_answer
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 TESTS_DIR_ENV = "LIVECODEBENCH_TESTCASES_DIR"
 TESTS_DIR_ALIAS_ENV = "LIVECODEBENCH_DATA_PATH"  # the original project's name for the same folder
 PRED_CHARS = 4000
+# A program longer than this is refused unread (method ``answer_too_large``): parsing it alone can take seconds
+# (ast.parse: ~1.3 s a MB here), and no contest solution is near it.
+MAX_CODE_CHARS = 100_000
+_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError)
 
 logger = logging.getLogger(__name__)
 _public_only_warned = False
@@ -63,11 +82,11 @@ def extract_code(answer: str) -> str | None:
     if blocks:
         return None  # only blocks in other languages
     text = answer.strip()
-    if text and "\n" in text:
+    if text and "\n" in text and len(text) <= MAX_CODE_CHARS:
         try:
             ast.parse(text)
             return text
-        except SyntaxError:
+        except _UNPARSABLE:  # deep nesting raises RecursionError or MemoryError, not SyntaxError
             return None
     return None
 
@@ -120,7 +139,11 @@ async def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_i
     answer = last_answer(solution_str)
     if answer is None:
         return {"acc": 0, "score": 0.0, "pred": "", "method": "no_answer", "error": "", "details": {}}
+    if len(answer) > MAX_CODE_CHARS * 2:
+        return _too_large(len(answer), "answer")
     code = extract_code(answer)
+    if code is not None and len(code) > MAX_CODE_CHARS:
+        return _too_large(len(code), "program")
     if code is None:
         return {"acc": 0, "score": 0.0, "pred": answer[:PRED_CHARS], "method": "no_code", "error": "",
                 "details": {"reason": "no python code block in the answer"}}
@@ -144,6 +167,12 @@ async def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_i
     return {"acc": acc, "score": float(acc), "pred": code[:PRED_CHARS], "method": "code_tests",
             "error": "; ".join(e for e in (error, why if infra else "") if e), "infra_error": infra,
             "details": details}
+
+
+def _too_large(size: int, what: str) -> dict[str, Any]:
+    return {"acc": 0, "score": 0.0, "pred": "", "method": "answer_too_large",
+            "error": f"the {what} has {size} characters; code answers are capped at {MAX_CODE_CHARS}",
+            "details": {"reason": "answer_too_large", "chars": size, "limit": MAX_CODE_CHARS}}
 
 
 def is_livecodebench(data_source: str) -> bool:
@@ -189,16 +218,17 @@ async def _grade(sb: Sandbox, code: str, data: dict[str, Any], data_source: str,
     if "stdin" in data or "expected_output" in data:
         ins, outs = _listish(data.get("stdin", [])), _listish(data.get("expected_output", []))
         if len(ins) != len(outs) or not ins:
-            raise ValueError(f"{data_source}: stdin and expected_output must be non-empty lists of equal length")
+            raise RewardConfigError(f"{data_source}: stdin and expected_output must be non-empty lists of equal length")
         tests = [{"input": str(i), "output": str(o)} for i, o in zip(ins, outs, strict=True)]
         return await agrade(sb, code, tests, limits=limits, total_timeout_s=_budget(limits, len(tests)),
                             float_tol=float_tol)
     if "functional" in data:
-        return await agrade_asserts(sb, _with_header(code), str(data["functional"]), limits=limits)
+        return await agrade_asserts(sb, FUNCTIONAL_HEADER + code, str(data["functional"]), limits=limits,
+                                    prelude=FUNCTIONAL_HEADER)
     if "inputs" in data and "outputs" in data:
         ins, outs = _listish(data["inputs"]), _listish(data["outputs"])
         if len(ins) != len(outs) or not ins:
-            raise ValueError(f"{data_source}: inputs and outputs must be non-empty lists of equal length")
+            raise RewardConfigError(f"{data_source}: inputs and outputs must be non-empty lists of equal length")
         fn = data.get("fn_name")
         if fn:
             tests = [{"input": i if isinstance(i, str) else "\n".join(json.dumps(a) for a in i),
@@ -208,20 +238,14 @@ async def _grade(sb: Sandbox, code: str, data: dict[str, Any], data_source: str,
         return await agrade(sb, code, tests, fn_name=fn, limits=limits, total_timeout_s=_budget(limits, len(tests)),
                             float_tol=float_tol)
     if "test" in data:
-        entry = data.get("entry_point")
-        checks = str(data["test"]) + (f"\n\ncheck({entry})\n" if entry else "")
-        program = (str(data.get("import_prefix") or "") + "\n" + code).strip("\n")
-        return await agrade_asserts(sb, program, checks, limits=limits)
-    raise ValueError(f"{data_source}: code ground truth needs stdin/expected_output, functional, inputs/outputs or "
+        prefix = str(data.get("import_prefix") or "")
+        program = (prefix + "\n" + code).strip("\n")
+        return await agrade_asserts(sb, program, str(data["test"]), limits=limits, prelude=prefix,
+                                    entry_point=str(data["entry_point"]) if data.get("entry_point") else None)
+    raise RewardConfigError(f"{data_source}: code ground truth needs stdin/expected_output, functional, inputs/outputs or "
                      f"test; got keys {sorted(data)}")
 
 
 def _budget(limits: Limits, n: int) -> float:
     """LiveCodeBench's global budget: (timeout + 1) per test + 5 s, at most 300 s."""
     return min((limits.wall_s + 1) * n + 5, 300.0)
-
-
-def _with_header(code: str) -> str:
-    from afm.sandbox.grading import FUNCTIONAL_HEADER
-
-    return FUNCTIONAL_HEADER + code

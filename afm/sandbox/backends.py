@@ -62,7 +62,7 @@ class LaunchSpec:
     runner: str  # host path of jail_runner.py
     mode: str  # "once" | "serve"
     uid: int
-    host_dir: str | None = None  # mounted at /sandbox (once mode: main.py, stdin)
+    host_dir: str | None = None  # mounted at /sandbox (once mode: main.py; stdin is fd 0)
     status_fd: int | None = None
     preload: tuple[str, ...] = ()
     log_path: str | None = None
@@ -193,11 +193,17 @@ class BwrapBackend(Backend):
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxUnavailable(f"bwrap at {found} does not run: {exc}") from exc
         self.has_size = "--size" in helptext
+        self.as_pid_1 = "--as-pid-1" in helptext
 
     def argv(self, spec: LaunchSpec) -> list[str]:
         uid = str(spec.uid)
         cmd = [self.path, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                "--unshare-cgroup-try", "--uid", uid, "--gid", uid, "--hostname", "sandbox", "--clearenv"]
+        if self.as_pid_1:
+            # The runner is PID 1 of the jail, as under nsjail: the kernel drops the signals a program sends it.
+            # Under bwrap's own reaper it was PID 2, and a program's kill(-1, SIGKILL) took down the runner: a
+            # sandbox failure (infra_error) that a policy could earn at will instead of its wrong answer's 0.
+            cmd.append("--as-pid-1")
         if spec.mode == "once":
             # The kernel's parent-death signal follows the *thread* that started the jail. A one-shot jail lives
             # and dies within its caller's call; a pool worker outlives the thread that booted or restarted it,

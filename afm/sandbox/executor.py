@@ -91,14 +91,17 @@ def run_once(backend: Backend, runtime: JailRuntime, work: WorkRoot, code: str |
     log_path = host_dir + ".log"
     uid = UIDS.acquire()
     status_r, status_w = os.pipe()
+    stdin_fd = -1
     proc = None
     try:
         _write(os.path.join(host_dir, "main.py"), code.encode() if isinstance(code, str) else code)
-        _write(os.path.join(host_dir, "stdin"), stdin.encode() if isinstance(stdin, str) else stdin)
+        # stdin is the jail's fd 0, an in-memory file: no path in the jail leads to it, so a program that closed
+        # or replaced its stdin (as the grading harness's candidate does) cannot read it again.
+        stdin_fd = _memfd_with(stdin.encode() if isinstance(stdin, str) else stdin)
         spec = LaunchSpec(runtime, limits, work.runner, "once", uid, host_dir=host_dir, status_fd=status_w,
                           log_path=log_path)
         try:
-            proc = subprocess.Popen(backend.argv(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(backend.argv(spec), stdin=stdin_fd, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, pass_fds=(status_w,), start_new_session=True,
                                     **backend.popen_kwargs(spec))
         except OSError as exc:
@@ -131,13 +134,23 @@ def run_once(backend: Backend, runtime: JailRuntime, work: WorkRoot, code: str |
         if proc is not None and proc.poll() is None:
             _kill(proc)
             proc.wait()
-        for fd in (status_r, status_w):
+        for fd in (status_r, status_w, stdin_fd):
             if fd >= 0:
                 os.close(fd)
         UIDS.release(uid)
         shutil.rmtree(host_dir, ignore_errors=True)
         if os.path.exists(log_path):
             os.unlink(log_path)
+
+
+def _memfd_with(data: bytes) -> int:
+    """An in-memory file holding ``data``, positioned at its start (the jail's stdin)."""
+    fd = os.memfd_create("afm-stdin", os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _kill(proc: subprocess.Popen) -> None:

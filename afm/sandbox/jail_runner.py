@@ -2,7 +2,7 @@
 
 Two modes:
 
-``once LIMITS_JSON``  run ``/sandbox/main.py`` with stdin from ``/sandbox/stdin`` in a forked child, enforce the
+``once LIMITS_JSON``  run ``/sandbox/main.py`` with the jail's fd 0 as its stdin in a forked child, enforce the
     wall limit, kill every process left behind, and write a JSON status line to the fd named in LIMITS_JSON (``status_fd``).
 ``serve LIMITS_JSON PRELOAD``  the warm pool server (the *zygote*): import the preload modules once, then answer
     requests arriving on fd 0, a ``SOCK_SEQPACKET`` socket from the host. A request is a small JSON header (a job
@@ -309,12 +309,7 @@ def run_once(limits):
     status_fd = int(limits["status_fd"])
     pid = os.fork()
     if pid == 0:
-        os.close(status_fd)
-        stdin_path = "/sandbox/stdin"
-        fd = os.open(stdin_path if os.path.exists(stdin_path) else os.devnull, os.O_RDONLY)
-        if fd != 0:
-            os.dup2(fd, 0)
-            os.close(fd)
+        os.close(status_fd)  # the program's stdin is fd 0 as the host passed it (an in-memory file)
         _child(code, limits)
     os.close(0)
     os.close(1)  # only the program writes to the captured stdout/stderr
