@@ -279,3 +279,35 @@ def test_grading_harness_directly_with_every_status():
         r = asyncio.run(agrade(sb, "def f(x):\n    return {'k': (x, {x})}", [{"input": "1", "output": '{"k": [1, [1]]}'}],
                                fn_name="f"))
         assert r.passed, r.outcomes
+
+
+PLANT_A_MODULE = r"""
+import json
+fake = json.dumps({"status": "passed", "calls": 1, "afm_grade_harness": 1})
+code = f"import os\nos.write(1, {fake!r}.encode() + b'\\n')\nos._exit(0)\n"
+for folder in ("/tmp", "/dev/shm", "."):
+    for name in ("statistics", "fractions", "heapq", "bisect", "string", "random", "copy", "operator"):
+        try:
+            with open(f"{folder}/{name}.py", "w") as f:
+                f.write(code)
+        except OSError:
+            pass
+def double_all(xs):
+    return []
+"""
+
+
+@pytest.mark.parametrize("mode", ["oneshot", "pool"])
+def test_modules_the_candidate_writes_are_never_imported_by_the_checks(mode):
+    """The jail's writable folders are shared by both processes: the checker imports nothing from them."""
+    gt = {"test": "def check(candidate):\n    import statistics\n    assert statistics.mean(candidate([1, 2])) == 3\n",
+          "entry_point": "double_all"}
+    assert compute_score("codecontests", sol(HONEST_FN), gt, code_sandbox={"mode": mode, "concurrency": 1})["acc"] == 1
+    res = compute_score("codecontests", sol(PLANT_A_MODULE), gt, code_sandbox={"mode": mode, "concurrency": 1})
+    # the real statistics module: mean([]) raises, a runtime error of the checks, not a forged "passed"
+    assert res["acc"] == 0 and details(res)["status"] == "runtime_error", details(res)
+    assert "StatisticsError" in details(res)["first_failure"]["stderr"]
+    lc = compute_score("livecodebench_v5", sol(PLANT_A_MODULE + "\nclass Solution:\n    def doubleAll(self, xs):\n"
+                                                                "        return []\n"), LEETCODE,
+                       code_sandbox={"mode": mode, "concurrency": 1})
+    assert lc["acc"] == 0, details(lc)

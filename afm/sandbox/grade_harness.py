@@ -19,7 +19,9 @@ returns the expected values. Here:
    checker sends arguments, the candidate answers with return values encoded as *plain data* (None, bool, int,
    float, str, bytes, complex, and lists, tuples, sets, frozensets and dicts of those, exact types only; NumPy
    scalars and arrays become their Python values). Anything else is refused (``non_plain``).
-3. Only after the fork does the checker read stdin: the checks never exist in the candidate's memory. It decodes
+3. Only after the fork does the checker read stdin: the checks never exist in the candidate's memory. Its
+   ``sys.path`` holds no folder the jail can write (a module the candidate leaves in ``/tmp`` is never imported by
+   the checks). It decodes
    each answer into fresh Python objects of its own, runs the checks with its own builtins and modules, and is the
    only writer of the job's stdout, where it prints one JSON verdict line. The host reads nothing else as a verdict;
    the candidate's exit status means nothing.
@@ -648,9 +650,27 @@ def _emit(verdict):
         view = view[os.write(1, view):]
 
 
+def _trusted_path():
+    """``sys.path`` without the folders a process of the jail can write (``/tmp``, the working folder): the
+    candidate shares them, and a module it left there would otherwise run in the checker at the checks' first
+    ``import``."""
+    kept = []
+    for entry in sys.path:
+        folder = os.path.abspath(entry or os.curdir)
+        if not os.access(folder, os.W_OK):
+            kept.append(entry)
+    return kept
+
+
 def main(source, wall_s):
     """The job's entry point: fork the candidate, read the checks, run them, print the verdict, exit 0."""
     start = time.monotonic()
+    program_path = list(sys.path)
+    sys.path[:] = _trusted_path()
+    sys.path_importer_cache.clear()
+    import ast  # noqa: F401 - what the checker needs, imported before the candidate exists
+    import linecache  # noqa: F401
+
     undumpable = _make_undumpable()
     saved = {}
     for name in _IGNORED:
@@ -670,6 +690,7 @@ def main(source, wall_s):
         try:
             os.close(to_cand_w)
             os.close(to_check_r)
+            sys.path[:] = program_path  # the program's own imports see the jail as any program does
             _candidate(source, to_cand_r, to_check_w, saved)
         finally:
             os._exit(70)
