@@ -23,6 +23,7 @@ from afm.sandbox.runtime import SYSTEM_DIRS, JailRuntime, SandboxUnavailable
 log = logging.getLogger(__name__)
 
 RUNNER_IN_JAIL = "/afm/jail_runner.py"
+HARNESS_IN_JAIL = "/afm/afm_grade_harness.py"  # afm.sandbox.grade_harness; the pool's servers import it once
 MIB = 1024 * 1024
 # Syscalls a Python program never needs and that widen the kernel attack surface (kafel syntax).
 SECCOMP_POLICY = ("ERRNO(1) { ptrace, process_vm_readv, process_vm_writev, mount, pivot_root, unshare, setns, "
@@ -66,6 +67,7 @@ class LaunchSpec:
     status_fd: int | None = None
     preload: tuple[str, ...] = ()
     log_path: str | None = None
+    harness: str | None = None  # host path of grade_harness.py
 
     def runner_args(self) -> list[str]:
         lim = {"wall_s": self.limits.wall_s, "cpu_seconds": self.limits.cpu_seconds,
@@ -159,6 +161,8 @@ class NsjailBackend(Backend):
         size = lim.tmpfs_mb * MIB
         cmd += ["-m", f"none:/tmp:tmpfs:size={size}", "-m", f"none:/dev/shm:tmpfs:size={size}",
                 "-B", "/dev/null", "-R", "/dev/urandom", "-R", "/dev/zero", "-R", f"{spec.runner}:{RUNNER_IN_JAIL}"]
+        if spec.harness:
+            cmd += ["-R", f"{spec.harness}:{HARNESS_IN_JAIL}"]
         if spec.host_dir:
             cmd += ["-R", f"{spec.host_dir}:/sandbox"]
         if spec.status_fd is not None:
@@ -221,6 +225,8 @@ class BwrapBackend(Backend):
         for mnt in ("/tmp", "/dev/shm"):
             cmd += (["--size", size] if self.has_size else []) + ["--tmpfs", mnt]
         cmd += ["--ro-bind", spec.runner, RUNNER_IN_JAIL]
+        if spec.harness:
+            cmd += ["--ro-bind", spec.harness, HARNESS_IN_JAIL]
         if spec.host_dir:
             cmd += ["--ro-bind", spec.host_dir, "/sandbox"]
         # bubblewrap builds the jail on a writable tmpfs root and a writable /dev: without these a program could

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -61,15 +62,21 @@ class WorkRoot:
         self.path = path or os.path.join(tempfile.gettempdir(), f"afm-sandbox-{os.getuid()}")
         os.makedirs(self.path, exist_ok=True)
         os.chmod(self.path, 0o711)  # jails may traverse it, nobody may list it
-        src = os.path.join(os.path.dirname(__file__), "jail_runner.py")
-        data = Path(src).read_bytes()
-        self.runner = os.path.join(self.path, f"jail_runner-{abs(hash(data)) & 0xFFFFFFFF:08x}.py")
-        if not os.path.exists(self.runner):
-            tmp = self.runner + f".{os.getpid()}.tmp"
+        self.runner = self._install("jail_runner.py")
+        self.harness = self._install("grade_harness.py")  # mounted read-only beside the runner (grading)
+
+    def _install(self, name: str) -> str:
+        """A copy of this package's ``name`` in the work root, named by its content (read-only in the jails)."""
+        data = (Path(__file__).parent / name).read_bytes()
+        stem = name.removesuffix(".py")
+        path = os.path.join(self.path, f"{stem}-{hashlib.sha256(data).hexdigest()[:12]}.py")
+        if not os.path.exists(path):
+            tmp = path + f".{os.getpid()}.tmp"
             with open(tmp, "wb") as f:
                 f.write(data)
             os.chmod(tmp, 0o644)
-            os.replace(tmp, self.runner)
+            os.replace(tmp, path)
+        return path
 
     def new_dir(self) -> str:
         d = tempfile.mkdtemp(prefix="x-", dir=self.path)
@@ -99,6 +106,7 @@ def run_once(backend: Backend, runtime: JailRuntime, work: WorkRoot, code: str |
         # or replaced its stdin (as the grading harness's candidate does) cannot read it again.
         stdin_fd = _memfd_with(stdin.encode() if isinstance(stdin, str) else stdin)
         spec = LaunchSpec(runtime, limits, work.runner, "once", uid, host_dir=host_dir, status_fd=status_w,
+                          harness=work.harness,
                           log_path=log_path)
         try:
             proc = subprocess.Popen(backend.argv(spec), stdin=stdin_fd, stdout=subprocess.PIPE,

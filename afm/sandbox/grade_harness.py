@@ -1,7 +1,8 @@
 """The grading harness that runs inside the jail: a checker process and a candidate process (standard library only).
 
-It is shipped as the *program* of one sandbox execution (:mod:`afm.sandbox.grading` appends a call to :func:`main`
-with the candidate's source as a string literal); what to check arrives on stdin. It is importable on the host
+The sandbox mounts it read-only in every jail (``/afm/afm_grade_harness.py``) and the pool's servers import it once;
+the program of a grading execution is a call of :func:`main` with the candidate's source as a string literal
+(:mod:`afm.sandbox.grading`); what to check arrives on stdin. It is importable on the host
 too, for its codec and its tests, but afm never runs the candidate outside a jail.
 
 Why two processes. When checks run in the candidate's own process and success is read from that process's exit
@@ -49,10 +50,13 @@ Modes (the stdin payload's ``mode``):
   returns every result as JSON; the host compares them with the expected outputs, which never enter the jail.
 """
 
+import ast
 import builtins
 import contextlib
 import json
+import linecache
 import os
+import resource
 import select
 import signal
 import struct
@@ -78,6 +82,19 @@ PASS_THROUGH = ("ArithmeticError", "AssertionError", "AttributeError", "EOFError
 # ignored; they end or freeze it, and then there is no verdict: a failure).
 _IGNORED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
             "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGXFSZ", "SIGTRAP", "SIGWINCH", "SIGIO", "SIGURG")
+
+
+# Imported once by the pool's servers with this module (both processes of a grading job start with them): what
+# LiveCodeBench's header imports, which the checker's prelude and the candidate both run.
+WARM_MODULES = ("typing", "collections", "functools", "itertools", "heapq", "bisect", "math", "string", "re",
+                "random", "copy", "operator")
+
+
+def warm():
+    """Import :data:`WARM_MODULES` (called by the pool server after it loaded this module)."""
+    for name in WARM_MODULES:
+        with contextlib.suppress(Exception):
+            __import__(name)
 
 
 class NotPlain(Exception):
@@ -243,9 +260,7 @@ def _candidate(source, req, rep, signals):
     low, high = sorted((req, rep))
     os.closerange(3, low)
     os.closerange(low + 1, high)
-    os.closerange(high + 1, 1 << 16)
-    import linecache
-
+    os.closerange(high + 1, max(high + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
     linecache.cache[CANDIDATE_FILE] = (len(source), None, source.splitlines(True), CANDIDATE_FILE)
     module = types.ModuleType("__main__")
     module.__file__ = CANDIDATE_FILE
@@ -323,7 +338,10 @@ def _answer(order, names, handles):
         result = fn(*args, **kwargs)
         if isinstance(fn, type):
             handles[len(handles) + 1] = result
-            answer = {"handle": len(handles)}
+            # the class's methods, so that ``Solution().f`` costs no round trip of its own
+            methods = [n for n in dir(type(result)) if not n.startswith("__")
+                       and callable(getattr(type(result), n, None)) and n not in vars(result)]
+            answer = {"handle": len(handles), "methods": methods}
         else:
             try:
                 answer = {"value": encode(result)}
@@ -474,7 +492,9 @@ class _Remote:
             for index, value in (answer.get("args_after") or {}).items():
                 _update(args[int(index)], decode(value))
             if "handle" in answer:
-                return _Instance(ch, answer["handle"], self._label)
+                methods = answer.get("methods")
+                return _Instance(ch, answer["handle"], self._label,
+                                 frozenset(m for m in methods if type(m) is str) if type(methods) is list else ())
             return decode(answer["value"])
         except (NotPlain, RecursionError, KeyError, ValueError, TypeError, IndexError) as exc:
             ch.fail("non_plain", f"{when} the program answered with data that is not a plain value: {exc}")
@@ -494,8 +514,8 @@ def _update(arg, new):
 class _Instance:
     """An object the candidate made (``Solution()``): attribute reads and method calls go to the candidate."""
 
-    def __init__(self, channel, handle, label):
-        self._channel, self._handle, self._label = channel, handle, label
+    def __init__(self, channel, handle, label, methods=()):
+        self._channel, self._handle, self._label, self._methods = channel, handle, label, methods
 
     def __repr__(self):
         return f"<an instance of the program's {self._label}>"
@@ -506,6 +526,8 @@ class _Instance:
         ch = self._channel
         if ch.abort is not None:
             raise _Abort(ch.abort[0])
+        if attr in self._methods:
+            return _Remote(ch, {"handle": self._handle, "attr": attr}, f"{self._label}().{attr}")
         when = f"reading {self._label}().{attr}"
         answer = ch.request({"op": "getattr", "handle": self._handle, "attr": attr}, when)
         if "raised" in answer:
@@ -523,8 +545,6 @@ class _Instance:
 
 def _free_names(tree, known):
     """Names the checks read but never bind, and that the trusted prelude and builtins do not define."""
-    import ast
-
     loaded, bound = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -580,16 +600,12 @@ def _run_asserts(channel, payload):
     entry = payload.get("entry_point")
     if entry:
         checks += f"\n\ncheck({entry})\n"
-    import ast
-
     tree = ast.parse(checks, CHECKS_FILE)
     wanted = _free_names(tree, set(namespace))
     if entry and entry not in wanted:
         wanted.append(entry)  # the prelude may define a stub of it (a HumanEval prompt): the candidate's wins
     _load(channel)
     _bind(channel, namespace, wanted)
-    import linecache
-
     linecache.cache[CHECKS_FILE] = (len(checks), None, checks.splitlines(True), CHECKS_FILE)
     code = compile(tree, CHECKS_FILE, "exec")
     saved = sys.stdout
@@ -668,9 +684,6 @@ def main(source, wall_s):
     program_path = list(sys.path)
     sys.path[:] = _trusted_path()
     sys.path_importer_cache.clear()
-    import ast  # noqa: F401 - what the checker needs, imported before the candidate exists
-    import linecache  # noqa: F401
-
     undumpable = _make_undumpable()
     saved = {}
     for name in _IGNORED:
@@ -719,7 +732,9 @@ def main(source, wall_s):
         verdict = {"status": "runtime_error", "message": _clip("".join(traceback.format_exception(exc)))}
     if channel.abort is not None:  # whatever the checks did with it
         verdict = {"status": channel.abort[0], "message": channel.abort[1], "results": verdict.get("results", [])}
-    channel.kill()
+    if channel.pid is not None:  # the jail's server kills and reaps whatever is left once we exit
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(channel.pid, signal.SIGKILL)
     verdict["undumpable"] = undumpable
     with contextlib.suppress(Exception):
         sys.stderr.flush()

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
+from afm.sandbox.backends import HARNESS_IN_JAIL
 from afm.sandbox.grade_harness import PROTOCOL, VERDICT_KEY
 from afm.sandbox.limits import ExecResult, Limits
 from afm.sandbox.sandbox import Sandbox
@@ -190,7 +191,7 @@ async def _run_harness(sandbox: Sandbox, candidate: str, payload: dict[str, Any]
     """One harness execution: the checker's verdict (None when it printed none) and the execution's result."""
     base = limits or sandbox.config.limits
     run_limits = base.with_(wall_s=wall_s + HARNESS_SLACK_S, cpu_s=wall_s + HARNESS_SLACK_S)
-    code = f"{_HARNESS_SOURCE}\n\nmain({candidate!r}, {float(wall_s)!r})\n"
+    code = _HARNESS_CALL.format(path=HARNESS_IN_JAIL, candidate=repr(candidate), wall=repr(float(wall_s)))
     res = await sandbox.arun(code, json.dumps(payload, ensure_ascii=False), run_limits)
     return _verdict(res), res
 
@@ -289,10 +290,13 @@ async def agrade_asserts(sandbox: Sandbox, program: str, asserts: str | Sequence
     return GradeResult(status == "passed", int(status == "passed"), 1, status, [outcome], res.wall_s)
 
 
-def _harness_source() -> str:
-    from pathlib import Path
-
-    return (Path(__file__).with_name("grade_harness.py")).read_text()
-
-
-_HARNESS_SOURCE = _harness_source()
+# The job's program: the harness the pool server imported once (a one-shot jail loads it from its mount).
+_HARNESS_CALL = """import sys
+harness = sys.modules.get("afm_grade_harness")
+if harness is None:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("afm_grade_harness", {path!r})
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+harness.main({candidate}, {wall})
+"""

@@ -65,6 +65,7 @@ class PoolWorker:
     def start(self, timeout: float = 60.0) -> None:
         self.uid = UIDS.acquire()
         spec = LaunchSpec(self.runtime, self.limits, self.work.runner, "serve", self.uid, preload=self.preload,
+                          harness=self.work.harness,
                           log_path=self.log_path)
         host_end, jail_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
