@@ -148,26 +148,30 @@ class MajoritySelector:
 
 # -- parsing the selector model's reply ------------------------------------------------------------------------
 def _json_choice(text: str) -> Any:
+    """The choice field of the reply's last top-level JSON object that has one, else None.
+
+    The last one, as in :mod:`afm.rewards.verdict`: the model may quote a candidate (an agent's answer, which can
+    hold ``{"best": 2}``) before giving its own object, and only its own, final word decides.
+    """
     decoder = json.JSONDecoder()
+    chosen = None
     pos = text.find("{")
     while pos >= 0:
         try:
             obj, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # RecursionError: a quoted answer nested deeper than Python allows
             obj, end = None, pos + 1
         if isinstance(obj, dict):
-            for key in _CHOICE_KEYS:
-                for k, v in obj.items():
-                    if k.lower() == key:
-                        return v
+            lowered = {str(k).lower(): v for k, v in obj.items()}
+            chosen = next((lowered[key] for key in _CHOICE_KEYS if key in lowered), chosen)
         pos = text.find("{", end)
-    return None
+    return chosen
 
 
 def parse_choice(text: str, n: int) -> int | None:
     """The chosen candidate as a 0-based index, or None when the reply names no candidate in ``1..n``.
 
-    Tried in order: a JSON object (fenced or not) with a ``best``/``choice``/``index``/... field (a number,
+    Tried in order: the last JSON object (fenced or not) with a ``best``/``choice``/``index``/... field (a number,
     ``"2"`` or ``"Candidate 2"``); a reply that is just a number or ``Candidate N``; the last phrase like
     ``best: 2`` / ``I pick candidate 3``; the last ``Candidate N`` mentioned.
     """
