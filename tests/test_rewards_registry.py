@@ -140,14 +140,15 @@ def test_async_scorer_runs_in_sync_and_async_paths(cleanup):
     assert sync_result["acc"] == async_result["acc"] == 1.0
 
 
-def test_scorer_crash_is_not_hidden(cleanup):
+def test_scorer_crash_is_a_named_grader_error(cleanup):
+    # A scorer that raises on the policy's text must not crash the training step (issue 39): the result says so.
     def broken(solution_str, gt, **kw):
         raise RuntimeError("scorer bug")
 
     cleanup.append("broken_ds")
     register_scorer("broken_ds", broken, kind="qa")
-    with pytest.raises(RuntimeError, match="scorer bug"):
-        compute_score("broken_ds", "<answer>a</answer>", "a")
+    result = compute_score("broken_ds", "<answer>a</answer>", "a")
+    assert (result["method"], result["error"], result["acc"]) == ("grader_error", "RuntimeError: scorer bug", 0.0)
 
 
 def test_dotted_path_is_imported_on_first_use(tmp_path, monkeypatch, cleanup):

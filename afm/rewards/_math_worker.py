@@ -1,8 +1,13 @@
 """Math-Verify worker process: reads JSON requests on stdin, answers one JSON line each on stdout.
 
-Request ``{"golds": [str], "pred": str, "timeout": float}``; reply ``{"correct": bool, "parsed": str,
-"error": str, "timed_out": bool}``. Running in its own process gives Math-Verify a main thread, so a SIGALRM deadline
-can interrupt sympy; the parent kills the process when even that does not return (a hang in C code).
+Request ``{"golds": [str], "pred": str, "timeout": float}`` (the answers as written); reply ``{"correct": bool,
+"parsed": str, "error": str, "timed_out": bool, "path": "forms"|"verify", "rule": str}``. Running in its own
+process gives Math-Verify a main thread, so a SIGALRM deadline can interrupt sympy; the parent kills the process
+when even that does not return (a hang in C code).
+
+Everything that reads the policy's answer runs here, under that deadline: afm's own reading
+(:mod:`afm.rewards.math_forms`, which may settle the pair by base or unit) and then Math-Verify. An exception on an
+odd answer (a parser's RecursionError, a sympy bug) is a wrong answer with ``error`` set; the worker keeps serving.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import re
 import signal
 import sys
 from typing import Any
+
+from afm.rewards.math_forms import decide, read_answer
 
 
 class _Deadline(BaseException):
@@ -132,14 +139,33 @@ def _check(golds: list[str], pred: str) -> tuple[bool, str]:
     return False, shown
 
 
+def _judge(golds: list[str], pred: str) -> dict[str, Any]:
+    """afm's reading first (math_forms): what Math-Verify misreads is rewritten, what it drops is compared; then
+    Math-Verify on the golds that reading leaves open."""
+    answer, readable, rules = read_answer(pred), [], []
+    for gold in golds:
+        gold_answer = read_answer(gold)
+        settled, rule = decide(gold_answer, answer)
+        if settled:
+            return {"correct": True, "parsed": pred.strip(), "path": "forms", "rule": rule}
+        if settled is None:
+            readable.append(gold_answer.text)
+        else:
+            rules.append(rule)
+    if not readable:
+        return {"correct": False, "parsed": pred.strip(), "path": "forms", "rule": "; ".join(rules)}
+    correct, parsed = _check(readable, answer.text)
+    return {"correct": correct, "parsed": parsed, "path": "verify", "rule": ""}
+
+
 def handle(request: dict[str, Any]) -> dict[str, Any]:
-    """Verify one request under a SIGALRM deadline."""
+    """Read and verify one request under a SIGALRM deadline."""
     timeout = float(request.get("timeout") or 0)
     if timeout > 0:
         signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        correct, parsed = _check([str(g) for g in request["golds"]], str(request["pred"]))
-        return {"correct": correct, "parsed": parsed, "error": "", "timed_out": False}
+        reply = _judge([str(g) for g in request["golds"]], str(request["pred"]))
+        return {**reply, "error": "", "timed_out": False}
     except _Deadline:
         return {"correct": False, "parsed": "", "error": f"math-verify timed out after {timeout:g}s", "timed_out": True}
     except Exception as exc:  # a sympy bug on odd input: report it, keep serving

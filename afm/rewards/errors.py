@@ -5,6 +5,10 @@ error named (``method`` ``grader_error``), not a crashed training step. What *is
 -- a malformed ground truth, an unknown option value, a registry mistake -- raises :class:`RewardConfigError`, which
 :func:`~afm.rewards.compute_score` lets through so that the run stops with a message naming the data source.
 It subclasses ValueError, so code that caught ValueError for bad input still does.
+
+Besides it, compute_score lets through only :class:`afm.rewards.score.InfrastructureError` (too many
+infrastructure failures in a row) and ImportError (a scorer's dependency is missing); a plain ValueError from a
+scorer counts as a grader error, so raise this class for anything the caller or the data must fix.
 """
 
 from __future__ import annotations

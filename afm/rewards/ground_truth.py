@@ -2,7 +2,8 @@
 
 The original mixed dicts (``{"target": [...]}``), JSON strings of that dict and plain strings across its reward
 managers and crashed on the wrong one. Here every scorer receives the same normalised record, and malformed input
-raises a ValueError that names the data source.
+raises a :class:`~afm.rewards.errors.RewardConfigError` (a ValueError) that names the data source: the data's fault,
+which :func:`afm.rewards.compute_score` lets through rather than scoring it as a wrong answer.
 
 Accepted shapes:
 
@@ -22,6 +23,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from afm.rewards.errors import RewardConfigError
 
 # How a scorer wants its ground truth checked: "qa"/"judge" need gold answers, "math" reads strings leniently,
 # "code" needs no gold answer (test cases live in ``data``).
@@ -50,16 +53,16 @@ def _answers(value: Any, data_source: str, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, bool):
-        raise ValueError(f"{data_source}: {where} is a bool ({value}); expected answer strings")
+        raise RewardConfigError(f"{data_source}: {where} is a bool ({value}); expected answer strings")
     if isinstance(value, (str, int, float)):
         value = [value]
     if not isinstance(value, (list, tuple)):
-        raise ValueError(f"{data_source}: {where} has type {type(value).__name__}; expected a string or a list of strings")
+        raise RewardConfigError(f"{data_source}: {where} has type {type(value).__name__}; expected a string or a list of strings")
     out = []
     for item in value:
         item = _plain(item)
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise ValueError(f"{data_source}: {where} contains a {type(item).__name__} ({item!r:.60}); "
+            raise RewardConfigError(f"{data_source}: {where} contains a {type(item).__name__} ({item!r:.60}); "
                              "expected strings or numbers")
         text = str(item).strip()
         if text:
@@ -76,7 +79,7 @@ def _decode_string(text: str, data_source: str, kind: str) -> Any:
     except json.JSONDecodeError as exc:
         if kind == "math":
             return stripped  # an interval or a set, not JSON
-        raise ValueError(f"{data_source}: ground_truth is a string that is not valid JSON ({exc.msg} at char "
+        raise RewardConfigError(f"{data_source}: ground_truth is a string that is not valid JSON ({exc.msg} at char "
                          f"{exc.pos}): {stripped[:80]!r}") from None
     if kind == "math" and not (isinstance(decoded, dict)
                                or (isinstance(decoded, list) and all(isinstance(x, str) for x in decoded))):
@@ -85,18 +88,18 @@ def _decode_string(text: str, data_source: str, kind: str) -> Any:
 
 
 def normalize_ground_truth(ground_truth: Any, data_source: str, kind: str = "qa") -> GroundTruth:
-    """Normalise ``ground_truth`` for a scorer of ``kind`` (see :data:`GT_KINDS`); ValueError on bad input.
+    """Normalise ``ground_truth`` for a scorer of ``kind`` (see :data:`GT_KINDS`); RewardConfigError on bad input.
 
     >>> normalize_ground_truth('{"target": ["Paris"], "question": "Capital of France?"}', "nq").targets
     ('Paris',)
     """
     if kind not in GT_KINDS:
-        raise ValueError(f"unknown ground-truth kind {kind!r}; expected one of {GT_KINDS}")
+        raise RewardConfigError(f"unknown ground-truth kind {kind!r}; expected one of {GT_KINDS}")
     value = _plain(ground_truth)
     if value is None:
-        raise ValueError(f"{data_source}: ground_truth is None; expected a dict, a list or a (JSON) string")
+        raise RewardConfigError(f"{data_source}: ground_truth is None; expected a dict, a list or a (JSON) string")
     if isinstance(value, bytes):
-        raise ValueError(f"{data_source}: ground_truth is bytes; decode it to a string first")
+        raise RewardConfigError(f"{data_source}: ground_truth is bytes; decode it to a string first")
     if isinstance(value, str):
         value = _decode_string(value, data_source, kind)
     if isinstance(value, Mapping):
@@ -109,10 +112,10 @@ def normalize_ground_truth(ground_truth: Any, data_source: str, kind: str = "qa"
         targets = _answers(value, data_source, "ground_truth")
         data, question = {"target": list(targets)}, ""
     else:
-        raise ValueError(f"{data_source}: ground_truth has type {type(value).__name__}; "
+        raise RewardConfigError(f"{data_source}: ground_truth has type {type(value).__name__}; "
                          "expected a dict, a list or a (JSON) string")
     if kind != "code" and not targets:
         keys = sorted(data) if isinstance(value, Mapping) else []
-        raise ValueError(f"{data_source}: ground_truth has no gold answer (looked for {', '.join(_TARGET_KEYS)}"
+        raise RewardConfigError(f"{data_source}: ground_truth has no gold answer (looked for {', '.join(_TARGET_KEYS)}"
                          + (f"; found keys {keys}" if keys else "") + ")")
     return GroundTruth(targets, question, data)

@@ -124,7 +124,7 @@ class Verdict:
 
 
 # A look-alike of a prompt tag: <, ＜ or &lt;, an optional /, a tag name spelled loosely, up to > (or ＞, &gt;).
-_TAG_LIKE = re.compile(r"(?:<|\uff1c|&lt;)(?P<body>\s*/?\s*(?:predicted[\s_-]*answers?|gold[\s_-]*answers?"
+_TAG_LIKE = re.compile(r"(?:<|\uff1c|&lt;)(?P<body>\s*+/?\s*+(?:predicted[\s_-]*answers?|gold[\s_-]*answers?"
                        r"|questions?|think(?:ing)?)(?![A-Za-z])[^<>\n]{0,40}?)(?:>|\uff1e|&gt;)", re.IGNORECASE)
 
 

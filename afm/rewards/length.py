@@ -2,13 +2,16 @@
 
 This is verl's ``dapo`` reward manager rule (``overlong_buffer_cfg.{enable,len,penalty_factor}`` with
 ``max_resp_len``), which the original folded in as ``⌊7L/8⌋`` thresholds. Lengths are response tokens. Beyond
-``max_len`` the penalty stays at ``-factor`` (a response cannot normally be longer than the limit).
+``max_len`` the penalty stays at ``-factor`` (a response cannot normally be longer than the limit). Inconsistent
+options raise :class:`~afm.rewards.errors.RewardConfigError` (the caller's mistake, never the policy's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from afm.rewards.errors import RewardConfigError
 
 _LENGTH_KEYS = ("response_length", "response_len", "valid_response_length", "num_response_tokens")
 
@@ -20,9 +23,9 @@ def overlong_penalty(length: int, max_len: int, buffer: int, factor: float = 1.0
     (0.0, -0.5, -1.0)
     """
     if max_len <= 0 or buffer <= 0 or buffer > max_len:
-        raise ValueError(f"overlong penalty needs 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")
+        raise RewardConfigError(f"overlong penalty needs 0 < buffer <= max_len, got buffer={buffer}, max_len={max_len}")
     if length < 0:
-        raise ValueError(f"response length must be >= 0, got {length}")
+        raise RewardConfigError(f"response length must be >= 0, got {length}")
     exceed = min(length, max_len) - (max_len - buffer)
     return -factor * exceed / buffer if exceed > 0 else 0.0
 
@@ -44,7 +47,7 @@ def penalty_from_options(options: Mapping[str, Any], extra_info: Mapping[str, An
         return 0.0, ""
     max_len = options.get("max_resp_len", options.get("max_response_length"))
     if max_len is None or cfg.get("len") is None:
-        raise ValueError("overlong penalty enabled but max_resp_len or overlong_buffer_cfg.len is missing")
+        raise RewardConfigError("overlong penalty enabled but max_resp_len or overlong_buffer_cfg.len is missing")
     length = next((src[k] for src in (options, extra_info) for k in _LENGTH_KEYS if src.get(k) is not None), None)
     if length is None:
         return 0.0, f"overlong penalty skipped: no response length (pass one of {', '.join(_LENGTH_KEYS)})"

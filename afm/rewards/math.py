@@ -6,6 +6,13 @@ the caller for minutes. So verification runs in a small pool of persistent worke
 thread) and a hard deadline in the caller; a worker that misses the hard deadline is killed and replaced on the
 next call. Callers may be any thread or an asyncio task (through ``asyncio.to_thread``).
 
+**Everything that reads the policy's answer runs under that deadline**: afm's own reading
+(:mod:`afm.rewards.math_forms`) runs in the worker too, before Math-Verify. In the caller only two linear-time
+steps remain: the caps below and the string short-cut. An answer longer than :data:`MAX_ANSWER_CHARS` or with
+brackets nested deeper than :data:`MAX_NESTING` is not read at all: it scores 0 with ``method``
+``answer_too_large`` (``path`` ``too_large``). An answer that runs out of the deadline scores 0 with ``method``
+``grader_timeout`` (``error`` says which deadline).
+
 The prediction is the body of the last ``<answer>``. Answers without ``\\boxed{}`` or ``$`` are wrapped in
 ``\\boxed{}`` before parsing (Math-Verify only extracts a bare ``[0,1)`` or ``\\{1,2\\}`` in math mode). Escaped
 dollars (``\\$18.90``) are currency, not math mode, and are dropped. A gold is also read boxed as written (the
@@ -14,10 +21,10 @@ original scorer's only form, so afm never scores a real gold below it); a gold o
 its interval (``(3,4]``), on either side. A gold answer equal to the prediction as a string (after removing ``$``,
 ``\\boxed{}`` and spaces) short-cuts the worker.
 
-Otherwise both answers are first read by :mod:`afm.rewards.math_forms`: number forms Math-Verify misreads
-(``58\\,500``, ``45°``, ``\\mathrm{i}``, ``0.\\overline{4}``, ``3.2e-4``) are rewritten, upper-case symbols are
-renamed so that Math-Verify's lower-casing cannot merge ``R`` and ``r``, and a different base subscript or a different
-unit settles the pair as wrong without Math-Verify (``path`` ``forms``, ``rule`` says which).
+Otherwise, in the worker, both answers are first read by :mod:`afm.rewards.math_forms`: number forms Math-Verify
+misreads (``58\\,500``, ``45°``, ``\\mathrm{i}``, ``0.\\overline{4}``, ``3.2e-4``) are rewritten, upper-case symbols
+are renamed so that Math-Verify's lower-casing cannot merge ``R`` and ``r``, and a different base subscript or a
+different unit settles the pair as wrong without Math-Verify (``path`` ``forms``, ``rule`` says which).
 
 Env: ``AFM_MATH_TIMEOUT`` (seconds per verification, default 10), ``AFM_MATH_WORKERS`` (pool size, default
 ``min(4, cpu_count)``).
@@ -39,11 +46,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from afm.rewards.errors import RewardConfigError
 from afm.rewards.ground_truth import GroundTruth
-from afm.rewards.math_forms import decide, read_answer
 from afm.trajectory import last_answer
 
 _BOXED = re.compile(r"^\\boxed\{(.*)\}$", re.DOTALL)
+_BRACKETS = re.compile(r"[()\[\]{}]")
+
+MAX_ANSWER_CHARS = 10_000
+"""The longest math answer (the body of the last ``<answer>``) that is read; a longer one scores 0 as
+``answer_too_large``. Contest answers are a few dozen characters, a whole boxed derivation a few thousand."""
+
+MAX_NESTING = 100
+"""The deepest nesting of ``()``, ``[]`` and ``{}`` in a math answer that is read (``\\frac{\\frac{1}{2}}{3}`` is 2);
+deeper ones score 0 as ``answer_too_large``. Honest answers stay below 20; Math-Verify's parser recurses per level."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +71,32 @@ class MathVerdict:
     parsed: str = ""
     error: str = ""
     timed_out: bool = False
-    path: str = "verify"
+    path: str = "verify"  # also ``too_large``: over a cap, not read
     rule: str = ""
+    infra: bool = False  # no worker could be started: the grader failed, not the answer
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of ``()``, ``[]`` and ``{}`` in ``text`` (a closer without an opener is skipped)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(text):
+        if m.group(0) in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif depth:
+            depth -= 1
+    return deepest
+
+
+def answer_too_large(pred: str) -> str:
+    """Why ``pred`` is over a cap (:data:`MAX_ANSWER_CHARS`, :data:`MAX_NESTING`), or ``""``; linear time."""
+    if len(pred) > MAX_ANSWER_CHARS:
+        return f"answer_too_large: {len(pred):,} characters; a math answer is read up to {MAX_ANSWER_CHARS:,}"
+    if sum(pred.count(c) for c in "([{") > MAX_NESTING:  # cheap test first: few brackets cannot nest deep
+        depth = nesting_depth(pred)
+        if depth > MAX_NESTING:
+            return f"answer_too_large: brackets nested {depth:,} deep; a math answer is read up to {MAX_NESTING}"
+    return ""
 
 
 def _canonical(text: str) -> str:
@@ -133,7 +173,7 @@ class MathVerifier:
         env_workers = os.environ.get("AFM_MATH_WORKERS")
         self.size = workers or (int(env_workers) if env_workers else min(4, os.cpu_count() or 1))
         if self.size < 1:
-            raise ValueError(f"MathVerifier needs at least one worker, got {self.size}")
+            raise RewardConfigError(f"MathVerifier needs at least one worker, got {self.size}")
         self.timeout = timeout if timeout is not None else default_timeout()
         self.grace = grace
         self._cond = threading.Condition()
@@ -171,26 +211,25 @@ class MathVerifier:
             self._cond.notify()
 
     def verify(self, golds: Sequence[str], pred: str, timeout: float | None = None) -> MathVerdict:
-        """Whether ``pred`` equals any of ``golds`` (LaTeX or plain); never raises for bad math input."""
+        """Whether ``pred`` equals any of ``golds`` (LaTeX or plain); never raises for bad math input.
+
+        Only the caps and the string short-cut run here (both linear); afm's reading and Math-Verify run in a
+        worker under the deadline (see the module docstring).
+        """
+        too_large = answer_too_large(pred)
+        if too_large:
+            return MathVerdict(False, error=too_large, path="too_large")
         canon = _canonical(pred)
         if canon and any(canon == _canonical(g) for g in golds):
             return MathVerdict(True, pred.strip(), path="exact")
-        # afm's own reading first (math_forms): what Math-Verify misreads is rewritten, what it drops is compared.
-        answer, readable, rules = read_answer(pred), [], []
-        for gold in golds:
-            settled, rule = decide(read_answer(gold), answer)
-            if settled:
-                return MathVerdict(True, pred.strip(), path="forms", rule=rule)
-            if settled is None:
-                readable.append(read_answer(gold).text)
-            else:
-                rules.append(rule)
-        if not readable:
-            return MathVerdict(False, pred.strip(), path="forms", rule="; ".join(rules))
         limit = self.timeout if timeout is None else float(timeout)
-        worker = self._acquire()
         try:
-            reply = worker.request({"golds": readable, "pred": answer.text, "timeout": limit},
+            worker = self._acquire()
+        except (TimeoutError, EOFError, OSError) as exc:
+            return MathVerdict(False, error=f"math-verify worker did not start: {exc or type(exc).__name__}",
+                               infra=True)
+        try:
+            reply = worker.request({"golds": [str(g) for g in golds], "pred": pred, "timeout": limit},
                                    time.monotonic() + limit + self.grace)
         except TimeoutError:
             worker.kill()
@@ -202,7 +241,7 @@ class MathVerifier:
         finally:
             self._release(worker)
         return MathVerdict(bool(reply["correct"]), reply.get("parsed", ""), reply.get("error", ""),
-                           bool(reply.get("timed_out")))
+                           bool(reply.get("timed_out")), reply.get("path", "verify"), reply.get("rule", ""))
 
     def worker_pids(self) -> list[int]:
         """PIDs of the idle workers (for monitoring and tests)."""
@@ -241,11 +280,18 @@ def math_equal(gold: str | Sequence[str], pred: str, timeout: float | None = Non
 
 def score(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: dict[str, Any],
           math_timeout: float | None = None, **_: Any) -> dict[str, Any]:
-    """Registry scorer: Math-Verify of the last ``<answer>`` against the gold answers."""
+    """Registry scorer: Math-Verify of the last ``<answer>`` against the gold answers.
+
+    ``method`` is ``math_verify``, or ``answer_too_large`` (over a cap, not read) or ``grader_timeout`` (the
+    deadline ran out), both with acc 0.
+    """
     pred = last_answer(solution_str)
     if not pred:
         return {"acc": 0.0, "pred": "", "method": "no_answer"}
     verdict = default_verifier().verify(gt.targets, pred, math_timeout)
-    return {"acc": float(verdict.correct), "pred": pred, "method": "math_verify", "error": verdict.error,
+    method = "answer_too_large" if verdict.path == "too_large" else (
+        "grader_timeout" if verdict.timed_out else "math_verify")
+    return {"acc": float(verdict.correct), "pred": pred, "method": method, "error": verdict.error,
+            "infra_error": verdict.infra,
             "details": {"parsed": verdict.parsed, "path": verdict.path, "timed_out": verdict.timed_out,
                         **({"rule": verdict.rule} if verdict.rule else {})}}

@@ -20,6 +20,14 @@ Rewrites (each ``\\boxed{}`` body, or the whole answer when it has none):
 - upper-case Latin letters used as symbols are renamed so that Math-Verify, which lower-cases every symbol, keeps
   ``R`` and ``r`` apart (``R`` -> ``r_{uc}``). Not where the answer holds a word (a run of three or more letters:
   ``Yes``, ``ABC``), nor a lone letter (a choice such as ``C`` or ``(C)``), nor text inside ``\\text{}``.
+
+The policy writes the answers read here, so every step is linear in the answer's length and none raises on any
+string: boxes are matched in one pass with a stack, runs of spaces and digits in the patterns are possessive
+(``\\s*+``, ``\\d++``) so that they cannot backtrack quadratically, a trailing power is read from the end, and
+integers too long for Python to read (a repeating decimal of thousands of digits, a huge base) are left as written.
+A run of 4,000 unclosed ``\\boxed{`` took 33 s before, and 100,000 digits followed by `` cm`` 100 s; both now take
+milliseconds. This module also runs only inside the math worker (:mod:`afm.rewards._math_worker`), under its
+deadline, and after the caps of :mod:`afm.rewards.math` (answer length and nesting depth).
 """
 
 from __future__ import annotations
@@ -68,15 +76,15 @@ _UNITS = {spelling: name for name, spellings in _UNIT_NAMES.items() for spelling
 _POWER_WORDS = {"square": 2, "sq": 2, "sq.": 2, "cubic": 3, "cu": 3, "cu.": 3}
 _SUPERSCRIPT = {"\u00b2": 2, "\u00b3": 3}
 _TEXT_CMD = r"\\(?:text|mbox|textrm|mathrm|textnormal|mathit|operatorname)"
-_UNIT_TEXT = re.compile(rf"{_TEXT_CMD}\s*\{{\s*([^{{}}]*?)\s*\}}")
+_UNIT_TEXT = re.compile(rf"{_TEXT_CMD}\s*+\{{([^{{}}]*+)\}}")  # the body is stripped by split_unit
 _SPACE = r"(?:\s|\\[,;:!\ ]|~)"
-_POWER = r"(?P<power>\s*(?:\^\s*\{?\s*[23]\s*\}?|[\u00b2\u00b3]))?\s*\.?\s*"
-_SQUARE = r"(?:(?:square|sq\.?|cubic|cu\.?)\s+)?"
+_POWER = r"(?P<power>\s*+(?:\^\s*+\{?\s*+[23]\s*+\}?|[\u00b2\u00b3]))?\s*+(?:\.\s*+)?"
+_SQUARE = r"(?:(?:square|sq\.?|cubic|cu\.?)\s++)?"
 # A unit in \text{} (hidden as a \x00n\x00 placeholder) may follow any value that ends in a digit or a brace; a
 # bare word only a plain number after a space ("15 cm^2"), since "15m" or "2 h" in a formula may be a product.
-_TEXT_UNIT = re.compile(rf"(?P<value>.*?[\d}}]){_SPACE}*(?P<unit>{_SQUARE}\x00\d+\x00){_POWER}", re.DOTALL)
-_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+|\\[dt]?frac\{\d+\}\{\d+\})"
-_WORD_UNIT = re.compile(rf"(?P<value>{_NUMBER}){_SPACE}+(?P<unit>{_SQUARE}[A-Za-z]+(?:/[A-Za-z]+)?){_POWER}")
+_TEXT_UNIT = re.compile(rf"(?P<value>.*?[\d}}]){_SPACE}*+(?P<unit>{_SQUARE}\x00\d++\x00){_POWER}", re.DOTALL)
+_NUMBER = r"[-+]?+(?:\d++(?:\.\d*+)?|\.\d++|\\[dt]?frac\{\d++\}\{\d++\})"
+_WORD_UNIT = re.compile(rf"(?P<value>{_NUMBER}){_SPACE}++(?P<unit>{_SQUARE}[A-Za-z]++(?:/[A-Za-z]++)?){_POWER}")
 
 
 @dataclass(frozen=True)
@@ -106,10 +114,12 @@ def _unit(words: str, power: str | None) -> str | None:
 
 def split_unit(body: str) -> tuple[str, str | None]:
     """``(value, canonical unit)`` when ``body`` is a value followed by a known unit, else ``(body, None)``."""
+    if "\x00" in body:  # NUL marks afm's own placeholders below; no unit is written with one
+        return body, None
     texts: list[str] = []
 
     def hide(m: re.Match[str]) -> str:
-        texts.append(m.group(1))
+        texts.append(m.group(1).strip())
         return f"\x00{len(texts) - 1}\x00"
 
     hidden = _UNIT_TEXT.sub(hide, body)
@@ -122,9 +132,9 @@ def split_unit(body: str) -> tuple[str, str | None]:
         words = words.replace(holder.group(0), texts[int(holder.group(1))])
     power = m["power"]
     # "\text{cm}^2" or "\text{cm^2}": the power may sit inside the text too
-    inner = re.fullmatch(r"(.*?)\s*(\^\s*\{?\s*[23]\s*\}?|[\u00b2\u00b3])", words.strip())
-    if inner and not power:
-        words, power = inner.group(1), inner.group(2)
+    inner_words, inner_power = _trailing_power(words)
+    if inner_power and not power:
+        words, power = inner_words, inner_power
     unit = _unit(words, power)
     value = m["value"]
     if unit is None or "\x00" in value:
@@ -132,15 +142,36 @@ def split_unit(body: str) -> tuple[str, str | None]:
     return value.strip(), unit
 
 
+_INNER_POWER = re.compile(r"\^\s*+\{?\s*+[23]\s*+\}?")
+
+
+def _trailing_power(words: str) -> tuple[str, str | None]:
+    """``(words, power)`` when ``words`` ends in a power (``cm^2``, ``cm²``), else ``(words, None)``.
+
+    Read from the end, not with a lazy prefix pattern, which is quadratic in a long run of spaces.
+    """
+    words = words.strip()
+    if words.endswith(("\u00b2", "\u00b3")):
+        return words[:-1].rstrip(), words[-1]
+    caret = words.rfind("^")  # a power holds one caret, so it starts at the last one
+    if caret >= 0 and _INNER_POWER.fullmatch(words, caret):
+        return words[:caret].rstrip(), words[caret:]
+    return words, None
+
+
 # -- number bases ------------------------------------------------------------------------------------------------
-_BASED = re.compile(r"(?P<digits>[0-9A-Za-z]*[0-9][0-9A-Za-z]*)_\s*(?:\{\s*(?:\\text\s*\{)?\s*(?P<b1>\d+)\s*\}?\s*\}"
+# Possessive runs: "[0-9A-Za-z]*[0-9][0-9A-Za-z]*_" backtracked quadratically over a long digit string; the digit
+# the digits must hold is checked after the match instead.
+_BASED = re.compile(r"(?P<digits>[0-9A-Za-z]++)_\s*+(?:\{\s*+(?:\\text\s*+\{\s*+)?(?P<b1>\d++)\s*+(?:\}\s*+)?\}"
                     r"|(?P<b2>\d))")
 
 
 def split_base(body: str) -> tuple[str, int | None, str | None]:
     """``(digits, base, canonical digits)`` when ``body`` is one number with a base subscript (``4210_{5}``)."""
+    if "_" not in body:
+        return body, None, None
     m = _BASED.fullmatch(body.strip())
-    if not m:
+    if not m or not any(c in "0123456789" for c in m["digits"]) or len(m["b1"] or m["b2"]) > 4:
         return body, None, None
     base = int(m["b1"] or m["b2"])
     digits = m["digits"].upper().lstrip("0") or "0"
@@ -150,15 +181,21 @@ def split_base(body: str) -> tuple[str, int | None, str | None]:
 
 
 # -- number forms ------------------------------------------------------------------------------------------------
-_ROMAN_I = re.compile(rf"{_TEXT_CMD}\s*\{{\s*i\s*\}}|\\imath\b")
-_DEGREE = re.compile(r"\^\s*\{?\s*(?:°|\\degree|\\textdegree)\s*\}?|°|\\degree(?![A-Za-z])|\\textdegree(?![A-Za-z])")
+# Runs of spaces are possessive (\s*+) wherever what follows cannot be a space: backtracking into two adjacent
+# optional runs is quadratic in a long run.
+_ROMAN_I = re.compile(rf"{_TEXT_CMD}\s*+\{{\s*+i\s*+\}}|\\imath\b")
+_DEGREE = re.compile(r"\^\s*+\{?\s*+(?:°|\\degree|\\textdegree)\s*+\}?|°|\\degree(?![A-Za-z])|\\textdegree(?![A-Za-z])")
 _THIN = r"(?:,\\!|\\[,!;: ]|~|[\u2009\u202f\u00a0])"
 _THOUSANDS = re.compile(rf"(?<![\d.])\d{{1,3}}(?:{_THIN}\d{{3}})+(?!\d)")
 _SPACED = re.compile(r"\d{1,3}(?: \d{3})+(?:\.\d+)?")
-_E_NOTATION = re.compile(r"(?<![\w.\\])(\d+(?:\.\d*)?|\.\d+)\s*[eE]\s*([+\-\u2212]?)\s*(\d+)(?![\w.])")
-_REPEAT = re.compile(r"(?<![\d.])(?P<int>\d*)\.(?P<fixed>\d*)\\(?:overline|bar)\s*(?:\{\s*(?P<rep>\d+)\s*\}|(?P<one>\d))")
-_DOTS = re.compile(r"(?<![\d.])(?P<int>\d*)\.(?P<fixed>\d*)\\dot\s*\{\s*(?P<first>\d)\s*\}"
-                   r"(?:(?P<mid>\d*)\\dot\s*\{\s*(?P<last>\d)\s*\})?")
+_E_NOTATION = re.compile(r"(?<![\w.\\])(\d++(?:\.\d*+)?|\.\d++)\s*+[eE]\s*+([+\-\u2212]?)\s*+(\d++)(?![\w.])")
+_REPEAT = re.compile(r"(?<![\d.])(?P<int>\d*+)\.(?P<fixed>\d*+)\\(?:overline|bar)\s*+"
+                     r"(?:\{\s*+(?P<rep>\d++)\s*+\}|(?P<one>\d))")
+_DOTS = re.compile(r"(?<![\d.])(?P<int>\d*+)\.(?P<fixed>\d*+)\\dot\s*+\{\s*+(?P<first>\d)\s*+\}"
+                   r"(?:(?P<mid>\d*+)\\dot\s*+\{\s*+(?P<last>\d)\s*+\})?")
+# Digits of a repeating decimal afm rewrites as a fraction; longer ones are left to Math-Verify (Python refuses to
+# read integers of more than 4,300 digits, and no contest answer repeats that many).
+_MAX_REPEAT_DIGITS = 200
 
 
 def _fraction_latex(value: Fraction) -> str:
@@ -177,12 +214,16 @@ def repeating_value(integer: str, fixed: str, repeat: str) -> Fraction:
 
 
 def _repeating(text: str) -> str:
+    def fraction(m: re.Match[str], integer: str, fixed: str, repeat: str) -> str:
+        if len(integer) + len(fixed) + len(repeat) > _MAX_REPEAT_DIGITS:
+            return m.group(0)
+        return "{" + _fraction_latex(repeating_value(integer, fixed, repeat)) + "}"
+
     def bar(m: re.Match[str]) -> str:
-        return "{" + _fraction_latex(repeating_value(m["int"], m["fixed"], m["rep"] or m["one"])) + "}"
+        return fraction(m, m["int"], m["fixed"], m["rep"] or m["one"])
 
     def dots(m: re.Match[str]) -> str:
-        repeat = m["first"] + ((m["mid"] or "") + m["last"] if m["last"] else "")
-        return "{" + _fraction_latex(repeating_value(m["int"], m["fixed"], repeat)) + "}"
+        return fraction(m, m["int"], m["fixed"], m["first"] + ((m["mid"] or "") + m["last"] if m["last"] else ""))
 
     return _DOTS.sub(dots, _REPEAT.sub(bar, text))
 
@@ -200,9 +241,9 @@ def number_forms(text: str) -> str:
 
 # -- symbol case -------------------------------------------------------------------------------------------------
 _COMMAND = re.compile(r"\\[A-Za-z]+")
-_PROTECTED = re.compile(r"\\(?:text\w*|mbox|mathrm|mathbb|mathcal|mathfrak|mathsf|mathtt|operatorname|begin|end)"
-                        r"\s*\{[^{}]*\}|\\[A-Za-z]+")
-_UPPER = re.compile(r"(?P<letter>[A-Z])(?:_\s*(?:\{(?P<sub>[A-Za-z0-9]+)\}|(?P<one>[A-Za-z0-9])))?")
+_PROTECTED = re.compile(r"\\(?:text\w*+|mbox|mathrm|mathbb|mathcal|mathfrak|mathsf|mathtt|operatorname|begin|end)"
+                        r"\s*+\{[^{}]*+\}|\\[A-Za-z]++")
+_UPPER = re.compile(r"(?P<letter>[A-Z])(?:_\s*+(?:\{(?P<sub>[A-Za-z0-9]++)\}|(?P<one>[A-Za-z0-9])))?")
 
 
 def _letters(text: str) -> list[str]:
@@ -218,7 +259,7 @@ def keep_case(text: str) -> str:
     runs = _letters(text)
     if not runs or any(len(run) >= 3 for run in runs) or not any(c.isupper() for run in runs for c in run):
         return text
-    if len(runs) == 1 and len(runs[0]) == 1 and re.fullmatch(r"\W*[A-Za-z]\W*", _PROTECTED.sub("", text)):
+    if len(runs) == 1 and len(runs[0]) == 1 and re.fullmatch(r"\W*+[A-Za-z]\W*+", _PROTECTED.sub("", text)):
         return text  # "C", "(C)", "$E$": a choice, not a symbol
 
     out, last = [], 0
@@ -240,22 +281,37 @@ def _rename(segment: str) -> str:
 
 # -- whole answers -----------------------------------------------------------------------------------------------
 def _boxed_spans(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of every ``\\boxed{...}`` body (balanced braces)."""
+    """``(start, end)`` of every ``\\boxed{...}`` body (balanced braces), in the order of the boxes.
+
+    One pass with a stack of open braces: a box's body ends at the brace that closes its own, and a box that is
+    never closed has no span. (Scanning forward from each box was quadratic in a run of unclosed boxes.)
+    """
+    openers = {m.end() - 1 for m in _BOX.finditer(text)}
+    if not openers:
+        return []
+    stack: list[int] = []
     spans = []
-    for m in re.finditer(r"\\boxed\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            spans.append((m.end(), i - 1))
+    for m in _BRACE.finditer(text):
+        if m.group(0) == "{":
+            stack.append(m.start())
+        elif stack:
+            start = stack.pop()
+            if start in openers:
+                spans.append((start + 1, m.start()))
+    spans.sort()
     return spans
 
 
+_BOX = re.compile(r"\\boxed\s*+\{")
+_BRACE = re.compile(r"[{}]")
+_DOLLARS = re.compile(r"(\s*+\$\$?\s*+)([^$]*+)(\$\$?\s*+)")
+
+
 def _strip_dollars(body: str) -> tuple[str, str, str]:
-    m = re.fullmatch(r"(\s*\$\$?\s*)([^$]*?)(\s*\$\$?\s*)", body)
+    m = _DOLLARS.fullmatch(body)
     if m and m.group(1).count("$") == m.group(3).count("$"):
-        return m.group(1), m.group(2), m.group(3)
+        inner = m.group(2).rstrip()  # spaces before the closing dollar belong to it, as they always did
+        return m.group(1), inner, m.group(2)[len(inner):] + m.group(3)
     return "", body, ""
 
 

@@ -8,6 +8,10 @@ so code scorers need the sandbox only when a code sample is scored. Each entry a
 Scorer contract: ``fn(solution_str: str, gt: GroundTruth, *, data_source: str, extra_info: dict, **options) ->
 dict`` with ``acc`` (bool or 0/1) and optionally ``score`` (defaults to ``acc``), ``pred``, ``method``, ``error``
 and ``details`` (a JSON-able dict). ``options`` are compute_score's keyword arguments; ignore the unknown ones.
+A scorer raises :class:`~afm.rewards.errors.RewardConfigError` for the caller's or the data's mistakes (a malformed
+ground truth, a bad option); anything else it raises on the policy's text, ``compute_score`` turns into a 0
+(``method`` ``grader_error``). Registry mistakes (an unknown data source, a taken name, a bad YAML entry) raise
+RewardConfigError too.
 
 YAML (``load_registry_yaml`` or the ``AFM_REWARD_REGISTRY`` variable, paths separated by ``:``)::
 
@@ -31,6 +35,7 @@ from typing import Any
 
 from afm.common.names import canonical
 from afm.rewards import judge, math, qa
+from afm.rewards.errors import RewardConfigError
 from afm.rewards.ground_truth import GT_KINDS
 
 Scorer = Callable[..., Any]
@@ -80,7 +85,8 @@ def _resolve(target: Scorer | str, name: str) -> Scorer:
     except (ImportError, AttributeError) as exc:
         raise ImportError(f"scorer {target!r} for data source {name!r} cannot be loaded: {exc}") from exc
     if not callable(fn):
-        raise TypeError(f"scorer {target!r} for data source {name!r} is a {type(fn).__name__}, not a callable")
+        raise RewardConfigError(f"scorer {target!r} for data source {name!r} is a {type(fn).__name__}, "
+                                "not a callable")
     with _lock:
         _resolved[target] = fn
     return fn
@@ -90,18 +96,18 @@ def register_scorer(name: str, scorer: Scorer | str, *, kind: str = "qa", aliase
                     async_scorer: Scorer | str | None = None, overwrite: bool = False) -> ScorerSpec:
     """Register ``scorer`` for data source ``name`` (and ``aliases``); a taken name raises unless ``overwrite``."""
     if kind not in GT_KINDS:
-        raise ValueError(f"kind must be one of {GT_KINDS}, got {kind!r}")
+        raise RewardConfigError(f"kind must be one of {GT_KINDS}, got {kind!r}")
     if not (callable(scorer) or (isinstance(scorer, str) and scorer.strip())):
         raise TypeError(f"scorer for {name!r} must be a callable or a 'module:function' string, got {scorer!r}")
     spec = ScorerSpec(str(name), scorer, kind, async_scorer, tuple(str(a) for a in aliases))
     keys = [canonical(n) for n in (spec.name, *spec.aliases)]
     if not all(keys):
-        raise ValueError(f"data-source names need letters or digits: {[spec.name, *spec.aliases]}")
+        raise RewardConfigError(f"data-source names need letters or digits: {[spec.name, *spec.aliases]}")
     with _lock:
         taken = [n for n, k in zip((spec.name, *spec.aliases), keys, strict=True) if k in _specs]
         if taken and not overwrite:
             owners = sorted({_specs[canonical(n)].name for n in taken})
-            raise ValueError(f"data source name(s) {taken} already registered (by {owners}); pass overwrite=True")
+            raise RewardConfigError(f"data source name(s) {taken} already registered (by {owners}); pass overwrite=True")
         for key in keys:
             _specs[key] = spec
     return spec
@@ -128,12 +134,12 @@ def _load_env_registry() -> None:
 
 
 def get_scorer(data_source: str) -> ScorerSpec:
-    """The spec for ``data_source``; ValueError listing the known names when there is none."""
+    """The spec for ``data_source``; RewardConfigError listing the known names when there is none."""
     _load_env_registry()
     with _lock:
         spec = _specs.get(canonical(data_source))
     if spec is None:
-        raise ValueError(f"unknown data_source {data_source!r}; known: {', '.join(known_data_sources())}. "
+        raise RewardConfigError(f"unknown data_source {data_source!r}; known: {', '.join(known_data_sources())}. "
                          "Register it with afm.rewards.register_scorer or a YAML file in AFM_REWARD_REGISTRY.")
     return spec
 
@@ -161,16 +167,16 @@ def load_registry_yaml(path: str | os.PathLike) -> list[str]:
     text = Path(path).read_text()
     doc = yaml.safe_load(text) or {}
     if not isinstance(doc, dict) or set(doc) - {"scorers"}:
-        raise ValueError(f"{path}: expected a mapping with a single 'scorers' key, got {list(doc)[:5]}")
+        raise RewardConfigError(f"{path}: expected a mapping with a single 'scorers' key, got {list(doc)[:5]}")
     entries = doc.get("scorers") or {}
     if not isinstance(entries, dict):
-        raise ValueError(f"{path}: 'scorers' must map data-source names to scorers")
+        raise RewardConfigError(f"{path}: 'scorers' must map data-source names to scorers")
     names = []
     for name, entry in entries.items():
         if isinstance(entry, str):
             entry = {"scorer": entry}
         if not isinstance(entry, dict) or "scorer" not in entry or set(entry) - _YAML_KEYS:
-            raise ValueError(f"{path}: entry {name!r} must be a name/path or a mapping with 'scorer' and "
+            raise RewardConfigError(f"{path}: entry {name!r} must be a name/path or a mapping with 'scorer' and "
                              f"optionally {sorted(_YAML_KEYS - {'scorer'})}; got {entry!r}")
         target = str(entry["scorer"])
         base = None
@@ -178,13 +184,13 @@ def load_registry_yaml(path: str | os.PathLike) -> list[str]:
             with _lock:
                 base = _specs.get(canonical(target))
             if base is None and "." not in target:
-                raise ValueError(f"{path}: entry {name!r} names scorer {target!r}, which is neither a registered "
+                raise RewardConfigError(f"{path}: entry {name!r} names scorer {target!r}, which is neither a registered "
                                  f"data source nor a 'module:function' path")
         if base is not None:
             scorer, kind, async_scorer = base.scorer, entry.get("kind", base.kind), base.async_scorer
         else:
             if "kind" not in entry:
-                raise ValueError(f"{path}: entry {name!r} uses a custom scorer and must give its kind {GT_KINDS}")
+                raise RewardConfigError(f"{path}: entry {name!r} uses a custom scorer and must give its kind {GT_KINDS}")
             scorer, kind, async_scorer = target, entry["kind"], None
         register_scorer(str(name), scorer, kind=kind, aliases=entry.get("aliases") or (),
                         async_scorer=entry.get("async_scorer", async_scorer), overwrite=bool(entry.get("overwrite")))

@@ -85,9 +85,11 @@ def parse_code_body(body: str) -> tuple[str | None, str, str | None]:
 
 
 def _parses(code: str) -> bool:
+    # The policy writes the body: 5 KB of nesting ("-----1") makes the parser raise RecursionError or MemoryError,
+    # which is "not Python" like any syntax error, never a crashed rollout.
     try:
         ast.parse(code)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
 
