@@ -14,7 +14,9 @@ A trajectory whose generation failed (the engine answered an error) or that stil
 infrastructure reasons after the engine's retries (``--tool-infra-retry``) is stored with ``"status": "failed"``
 and its ``failure``, counted as failed, and run again by the same command (resume). Exit status: 0 when every
 question is done, 1 when some failed, 130/143 when interrupted by SIGINT/SIGTERM, 1 when a result could not be
-written (disk full; nothing stored before is lost).
+written (disk full; nothing stored before is lost), 2 at once, with one line naming the running one, when another
+run writes the same ``--output``: a run holds ``<output>.lock`` (``afm.common.run_lock``) from before it loads
+the model until it ends; a lock left by a killed run is taken over.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from afm.agent.runner import (
 )
 from afm.agent.runner import exit_code as run_exit_code
 from afm.agent.tokens import TokenizerAdapter
+from afm.common.run_lock import RunLock, command_line, take_or_say
 from afm.common.table_io import read_rows
 from afm.tools import Tool, build_tool, load_tools_config
 
@@ -114,7 +117,8 @@ class InputError(ValueError):
 
 
 async def infer(args: argparse.Namespace) -> dict[str, Any]:
-    """Run ``args.n`` trajectories per question of ``args.input`` into ``args.output`` (resumable)."""
+    """Run ``args.n`` trajectories per question of ``args.input`` into ``args.output`` (resumable); the caller
+    holds the output's lock (:func:`writer_lock`; :func:`main` does)."""
     from afm.prompts import build_messages, get_prompt
 
     try:  # the user's inputs are checked before the model is loaded
@@ -210,7 +214,8 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", required=True, help="questions: .json (list), .jsonl or .parquet")
-    p.add_argument("--output", required=True, help="trajectories JSONL (appended; a rerun resumes)")
+    p.add_argument("--output", required=True, help="trajectories JSONL (appended; a rerun resumes; one run writes "
+                   "it at a time: a second one exits 2 at once)")
     p.add_argument("--q-key", default="question")
     p.add_argument("--id-key", default="id", help="field with a stable question id (default: row index)")
     p.add_argument("--answer-key", default="answer", help="field copied as `gold` into each record")
@@ -227,10 +232,25 @@ def add_args(p: argparse.ArgumentParser) -> None:
     add_backend_args(p)
 
 
+def writer_lock(output: str | Path, argv: list[str] | None) -> RunLock:
+    """The writer's lock of an ``--output`` file (not taken yet); ``argv`` is the command's, for the message of a
+    refused second run."""
+    return RunLock(output, folder=False, command=command_line("afm infer", argv), flag="--output", prog="afm infer")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="afm infer", description=__doc__.splitlines()[0])
     add_args(p)
     args = p.parse_args(argv)
+    lock = writer_lock(args.output, argv)
+    if (refused := take_or_say(lock)) is not None:  # another run writes the output: before any model is loaded
+        return refused
+    with lock:  # released on return (130/143 after SIGINT/SIGTERM) and on an exception
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``afm infer`` once its output is locked."""
     try:  # a user's mistake (a bad question file or prompt key, a wrong model or tokenizer name) gets one line
         summary = asyncio.run(infer(args))
     except (InputError, BackendLoadError) as exc:

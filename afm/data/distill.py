@@ -5,7 +5,9 @@ Each line of the output is a :class:`afm.data.records.RunRecord` (plus ``key`` =
 where it stopped: finished run ids are skipped, a half-written last line is cut off, nothing is written twice.
 Runs that failed because the teacher endpoint was unreachable are not written, so the next invocation retries
 them. At the end a summary (tokens per role and model, calls, tool calls by name, statuses) is printed and
-written to ``<output stem>.summary.json``.
+written to ``<output stem>.summary.json``. One run writes an output at a time: it holds ``<output>.lock``
+(``afm.common.run_lock``) until it ends, and a second one exits 2 at once with one line naming the running one (a
+lock left by a killed run is taken over).
 
     afm data distill --input questions.jsonl --output runs.jsonl --config configs/data/teacher.yaml \\
         --tools-config configs/tools/code_executor.yaml --runs-per-question 2 --concurrency 16
@@ -24,6 +26,7 @@ from typing import Any
 
 from afm.agent.infer import read_questions
 from afm.agent.runner import JsonlStore, RolloutTask, StoreWriteError, exit_code, run_tasks
+from afm.common.run_lock import RunLock, command_line, take_or_say
 from afm.data.records import TASKS, RunRecord
 from afm.data.teacher import ChatClient, Teacher, TeacherConfig, TeacherTask, load_teacher_config
 from afm.data.teacher.controller import resolve_protocol
@@ -147,7 +150,8 @@ def summary_path(output: str | Path) -> Path:
 
 
 async def distill(args: argparse.Namespace, config: TeacherConfig) -> dict[str, Any]:
-    """Run every (question, k) not yet in ``--output``; returns this session's counts."""
+    """Run every (question, k) not yet in ``--output``; returns this session's counts. The caller holds the
+    output's lock (:func:`writer_lock`; :func:`main` does)."""
     tasks = load_tasks(args)
     needed: set[str] = set()
     for t in tasks:  # check every question's prompt/tools before spending a token
@@ -191,7 +195,8 @@ def _prices(values: list[str]) -> dict[str, tuple[float, float]]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="afm data distill", description=__doc__.split("\n\n")[0])
     p.add_argument("--input", required=True, help="questions: .jsonl, .json (list) or .parquet")
-    p.add_argument("--output", required=True, help="run log (JSONL, append-only, resumable)")
+    p.add_argument("--output", required=True, help="run log (JSONL, append-only, resumable; one run writes it at a "
+                                                   "time: a second one exits 2 at once)")
     p.add_argument("--config", default=None, help="teacher config YAML (default: built-in defaults)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set roles.verifier.model=big --set budgets.max_tool_calls=12")
@@ -216,12 +221,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def writer_lock(output: str | Path, argv: list[str] | None) -> RunLock:
+    """The writer's lock of an ``--output`` run log (not taken yet); ``argv`` is the command's, for the message of a
+    refused second run."""
+    return RunLock(output, folder=False, command=command_line("afm data distill", argv), flag="--output",
+                   prog="afm data distill")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm data distill``."""
     args = build_parser().parse_args(argv)
     if args.runs_per_question < 1 or args.concurrency < 1:
         print("afm data distill: --runs-per-question and --concurrency must be >= 1", file=sys.stderr)
         return 2
+    lock = writer_lock(args.output, argv)
+    if (refused := take_or_say(lock)) is not None:  # another run writes the output: before any call is made
+        return refused
+    with lock:  # released on return (130/143 after SIGINT/SIGTERM) and on an exception; held over the summary too
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """``afm data distill`` once its output is locked."""
     try:
         prices = _prices(args.price)
         config = load_teacher_config(args.config, args.overrides)

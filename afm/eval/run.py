@@ -19,7 +19,9 @@ tests.
 
 Exit status: 0 when every sample has a result, 1 when some failed (or a result could not be written: disk full),
 130/143 when interrupted by SIGINT/SIGTERM (the report is then not written; ``afm eval report`` on the folder says
-how many samples are not run yet), 2 for bad input.
+how many samples are not run yet), 2 for bad input, and 2 at once, with one line naming the running one, when
+another run writes the run folder: a run holds the folder's lock (``afm.common.run_lock``) from before it loads
+the model until it ends; a lock left by a killed run is taken over.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from afm.agent.runner import (
     stopped_line,
     unfinished_line,
 )
+from afm.common.run_lock import RunLock, command_line, take_or_say
 
 logger = logging.getLogger("afm.eval")
 RESULTS = "results.jsonl"
@@ -156,7 +159,10 @@ def load_inputs(args: argparse.Namespace) -> tuple[list[str], dict[str, Any], di
 
 async def evaluate(args: argparse.Namespace,
                    inputs: tuple[list[str], dict[str, Any], dict[str, list[Any]]] | None = None) -> dict[str, Any]:
-    """Run every (question, sample) of the benchmarks not yet in the run folder; returns the run's counts."""
+    """Run every (question, sample) of the benchmarks not yet in the run folder; returns the run's counts.
+
+    The caller holds the run folder's lock (:func:`writer_lock`; :func:`main` does), so that no other run writes it.
+    """
     from afm.prompts import build_messages, get_prompt
     from afm.rewards import compute_score_async
 
@@ -261,7 +267,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
     add_backend_args(p)
     p.add_argument("--benchmarks", required=True, help="comma-separated benchmark names (afm.eval.datasets)")
-    p.add_argument("--run-dir", required=True, help="results.jsonl, config.json and the report go here")
+    p.add_argument("--run-dir", required=True, help="results.jsonl, config.json and the report go here; one run "
+                   "writes a folder at a time (a second one exits 2 at once), and the same command resumes it")
     p.add_argument("--file", action="append", metavar="BENCH=PATH", help="data file of a benchmark (repeatable)")
     p.add_argument("--data-root", default=None, help="folder of benchmark files (default $AFM_EVAL_DATA or data/eval)")
     p.add_argument("--limit", type=int, default=None, help="only the first N questions of each benchmark")
@@ -277,6 +284,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="resume into a run folder written with other settings")
 
 
+def writer_lock(run_dir: str | Path, argv: list[str] | None) -> RunLock:
+    """The writer's lock of a run folder (not taken yet); ``argv`` is the command's, for the message of a refused
+    second run."""
+    return RunLock(run_dir, folder=True, command=command_line("afm eval run", argv), flag="--run-dir",
+                   prog="afm eval run")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="afm eval run", description=__doc__.splitlines()[0])
     add_args(p)
@@ -286,6 +300,17 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyError, FileNotFoundError, ValueError) as exc:
         print(f"afm eval run: {exc}", file=sys.stderr)
         return 2
+    lock = writer_lock(args.run_dir, argv)
+    if (refused := take_or_say(lock)) is not None:  # another run writes the folder: before any model is loaded
+        return refused
+    # released on return (SIGINT/SIGTERM during the run return 130/143) and on an exception; the kernel drops the
+    # lock of a process killed otherwise, and the next run takes its lock file over
+    with lock:
+        return _run(args, inputs)
+
+
+def _run(args: argparse.Namespace, inputs: tuple[list[str], dict[str, Any], dict[str, list[Any]]]) -> int:
+    """``afm eval run`` once its inputs are read and the run folder is locked: evaluate, then report."""
     try:
         counts = asyncio.run(evaluate(args, inputs))
     except BackendLoadError as exc:  # a wrong model or tokenizer name
