@@ -45,13 +45,13 @@ def _problem(rng: random.Random) -> tuple[int, int, list[list[int]]]:
 
 
 def items(shape: str, n: int, seed: int) -> list[tuple[str, dict, bool]]:
-    """(program, test data, expected pass) for ``shape``; half correct, half off by one on some element."""
+    """(program, test data, expected pass) for ``shape``; half correct, half off by one."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         k, m, xs = _problem(rng)
         good = i % 2 == 0
-        bump = "" if good else " + (1 if len(xs) > 3 else 0)"
+        bump = "" if good else " + 1"
         want = [[k * x + m for x in row] for row in xs]
         if shape == "humaneval":
             prog = f"def affine(xs):\n    return [{k} * x + {m}{bump} for x in xs]\n"
