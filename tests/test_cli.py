@@ -122,6 +122,9 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
     report = (tmp_path / "qs" / "report.md").read_text()
     assert "| sft |" in report and "summary.png" in report and "lookup" in report
     assert (tmp_path / "qs" / "summary.png").stat().st_size > 10_000
+    # the trajectory viewer of every stage (afm view; its page is tested in tests/test_view*.py)
+    assert f"in one page for any browser: {tmp_path / 'qs' / 'view.html'}" in out
+    assert (tmp_path / "qs" / "view.html").stat().st_size > 100_000
 
 
 def test_dapo_batch_shrinks_to_the_questions_selection_kept():

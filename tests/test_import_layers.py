@@ -46,9 +46,13 @@ ALLOWED: dict[str, set[str]] = {
     "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "model", "demo_content", "launch"},
     # applications: the quickstart (afm/quickstart: the recipe in miniature), the CLI and the doctor sit on top
     "quickstart": {"agent", "common", "data", "eval", "launch", "model", "prompts", "servers", "offline", "rewards",
-                   "tools", "trajectory", "sandbox", "demo_content"},
+                   "tools", "trajectory", "sandbox", "demo_content", "view"},
     "doctor": {"sft", "sandbox"},
-    "cli": {"agent", "common", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "model"},
+    # afm view: the trajectory viewer page of eval runs, inference output, SFT sets and verl dumps (reads their files;
+    # eval's metrics and report figures, trajectory's parser)
+    "view": {"eval", "trajectory", "common"},
+    "cli": {"agent", "common", "data", "doctor", "eval", "quickstart", "sandbox", "trajectory", "servers", "model",
+            "view"},
 }
 
 

@@ -188,7 +188,8 @@ def evaluate(model: Path, data_root: Path, servers: Any, run_dir: Path, *, famil
     tools_yaml.write_text(yaml.safe_dump(world_tools(servers)))
     args = ["--benchmarks", ",".join(f"world_{f}" for f in families), "--run-dir", str(run_dir),
             "--data-root", str(data_root), "--backend", "hf", "--model", str(model), "--tools-config",
-            str(tools_yaml), "--concurrency", "32", "--batch-size", "32", "--seed", "0", "--quiet", "--force"]
+            str(tools_yaml), "--concurrency", "32", "--batch-size", "32", "--seed", "0", "--quiet", "--force",
+            "--keep-trajectories"]  # for the trajectory viewer (view.html); a few hundred short trajectories
     for fam, path in (files or {}).items():
         args += ["--file", f"world_{fam}={path}"]
     if limit:

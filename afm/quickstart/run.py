@@ -166,6 +166,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             try:
                 dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps, lr=profile.rl_lr,
                                 knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(), "TEMPERATURE": profile.rl_temperature,
+                                       # verl's dump of every rollout, for the trajectory viewer (view.html)
+                                       "ROLLOUT_DATA_DIR": str(work / "rl" / "rollouts"),
                                        **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch)})
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
                 rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
@@ -198,10 +200,30 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         summary["rl_skipped"] = rl_skipped
         notes.append(f"RL skipped: {rl_skipped}")
     summary_path, report = write_report(summary, work, notes=notes)
+    view = write_viewer(work, runs)
     print(table(summary))
     print(f"\nDone in {seconds['total']:.0f}s. {summary_path}, {report}, {work / 'summary.png'}; eval runs in "
           f"{work / 'eval'} (afm eval report {work / 'eval' / 'sft'} ...)", flush=True)
+    if view is not None:
+        print(f"Every trajectory (the SFT set, each evaluation, the RL rollouts), in one page for any browser: {view}",
+              flush=True)
     return summary
+
+
+def write_viewer(work: Path, runs: dict[str, Path]) -> Path | None:
+    """``work/view.html`` (``afm view``) of the quickstart's SFT set, evaluations, RL selection samples and DAPO
+    dumps; None, with a warning, when it cannot be written: the viewer never fails a finished quickstart."""
+    from afm.view import write_view
+
+    paths = [work / "distill" / "sft_data", work / "mask_report.json", *runs.values(),
+             work / "rl_data" / "samples.jsonl", work / "rl" / "rollouts", work / "rl" / "checkpoints" / "validation"]
+    compare = ("sft", "rl") if "rl" in runs else ("untrained", "sft")
+    try:
+        return write_view([p for p in paths if p.exists()], work / "view.html", title="afm quickstart",
+                          compare=compare).path
+    except Exception as exc:  # any failure of the page is the page's, never the quickstart's
+        print(f"warning: the trajectory viewer was not written ({type(exc).__name__}: {exc})", flush=True)
+        return None
 
 
 def rl_batch_knobs(kept: int, mini_batch: int) -> dict[str, int]:
