@@ -203,3 +203,51 @@ def test_text_prompt_fallback_keeps_real_failures(llama_python, tok):
     assert traj.finish_reason == "error" and "HTTP 500" in (traj.error or "")
     assert [isinstance(r["body"]["prompt"], list) for r in reqs] == [True, False]  # text tried once, failed too
     assert backend.id_prompts is None  # not taken for a refusal of ids: later prompts still go as ids
+
+
+# vLLM 0.31-0.32's answer to a request with more stop strings than VLLM_MAX_STOP_STRINGS (4 by default), as its
+# server sent it on this machine (tests/test_vllm_engine.py meets the real one)
+VLLM_STOP_CAP_400 = ("2 validation errors:\n  {'type': 'string_type', 'loc': 'body.stop', 'msg': 'Input should be a valid "
+                     "string', 'input': '<list of 5 items>'}\n  {'type': 'too_long', 'loc': 'body.stop', 'msg': 'List "
+                     "should have at most 4 items after validation, not 5', 'input': '<list of 5 items>'}")
+
+
+def test_an_engine_refusing_afms_request_stops_the_run_at_the_first_sample(tiny_model, tmp_path, capsys):
+    """An HTTP 4xx for afm's own request shape would fail every sample alike: the run stops with one line (exit 2)
+    that says what to do, instead of recording each sample as failed (issue 40: 5 stop strings against vLLM's 4)."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": i, "question": f"q{i}", "answer": "a"}) + "\n" for i in range(20)))
+    out = tmp_path / "t.jsonl"
+    with StandIn(tokenizer=str(tiny_model)) as llm:
+        llm.rules({"match": ".", "content": VLLM_STOP_CAP_400, "status": 400})
+        rc = infer_main(["--input", str(questions), "--output", str(out), "--model", "standin", "--tokenizer",
+                         str(tiny_model), "--base-url", llm.base_url, "--prompt", "afm_all_tools", "--quiet",
+                         "--concurrency", "2"])
+        asked = [r for r in llm.requests() if r["path"].endswith("/completions")]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(asked) <= 2, (rc, len(asked))  # the two already in flight, no more
+    line = next(x for x in err if x.startswith("afm infer: stopped at the first trajectory"))
+    assert "takes at most 4 stop strings" in line and "VLLM_MAX_STOP_STRINGS=" in line
+    assert not out.exists() or not out.read_text().strip()  # nothing stored: a rerun starts clean
+    # any other refusal says the status and the engine's words
+    with StandIn(tokenizer=str(tiny_model)) as llm:
+        llm.rules({"match": ".", "content": "model 'standin' does not exist", "status": 404})
+        rc = infer_main(["--input", str(questions), "--output", str(tmp_path / "u.jsonl"), "--model", "standin",
+                         "--tokenizer", str(tiny_model), "--base-url", llm.base_url, "--prompt", "code_agent",
+                         "--quiet", "--concurrency", "2"])
+    assert rc == 2 and "refused afm's request: HTTP 404" in capsys.readouterr().err
+
+
+def test_an_int_stop_reason_is_a_stop_token_kept_once(tok):
+    """vLLM names a stop token id (a second end-of-turn id of the generation config) in stop_reason as an int, and
+    keeps it in the ids: afm ends the turn there and adds no EOS of its own."""
+    from afm.agent.engines import DIALECTS
+
+    backend = OpenAIBackend("http://127.0.0.1:1/v1", "m", tok, engine="vllm")
+    choice = {"index": 0, "text": "", "finish_reason": "stop", "stop_reason": 300, "token_ids": [17, 300]}
+    gen = backend._generation(DIALECTS["vllm"].parse({"choices": [choice]}, SamplingParams(stop=("</code>",)))[0])
+    assert gen.finish == "eos" and gen.ids == [17, 300]
+    eos = min(tok.eos_ids)
+    choice = {"index": 0, "text": "x", "finish_reason": "stop", "stop_reason": None, "token_ids": [17, eos]}
+    gen = backend._generation(DIALECTS["vllm"].parse({"choices": [choice]}, SamplingParams())[0])
+    assert gen.finish == "eos" and gen.ids == [17, eos]  # vLLM keeps the EOS id: not added twice

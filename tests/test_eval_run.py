@@ -214,3 +214,52 @@ def test_start_warnings_name_an_unreachable_judge_and_stay_quiet_when_all_is_set
     assert "demo_code will be graded on the public tests" in warnings[1]
     assert start_warnings(specs, {"GRM_BASE_URL": llm.base_url, "LIVECODEBENCH_TESTCASES_DIR": str(tmp_path)}) == []
     assert start_warnings({"demo_math": specs["demo_math"]}, {}) == []  # nothing judged, no LiveCodeBench
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_model):
+    """The stand-in answering as llama.cpp's llama-server (``GET /props``, native ``/completion``)."""
+    with StandIn(tokenizer=str(tiny_model), dialect="llamacpp") as server:
+        yield server
+
+
+def _engine_said(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("[eval] engine: ")]
+
+
+def _engine_recorded(run_dir: Path) -> tuple[dict, dict, list[str]]:
+    """(config.json, summary.json's config, the report's engine lines) of a finished run."""
+    config = json.loads((run_dir / "config.json").read_text())
+    summary = json.loads(next(run_dir.rglob("summary.json")).read_text())
+    report = [line for line in (run_dir / "report.md").read_text().splitlines() if line.startswith("- engine")]
+    return config, summary["run"]["config"], report
+
+
+def test_the_engine_auto_found_is_said_recorded_and_reported(llama, tiny_model, tmp_path):
+    """``--engine auto`` (the default) asks the server: what it found is said once, and is the run's engine in
+    config.json, summary.json and the report; the flag is kept apart."""
+    llama.reset()
+    llama.rules({"match": "", "content": "<think> t </think>\n<answer>\\boxed{0}</answer>"})
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(eval_cmd(llama, tiny_model, run_dir, "demo_math", "--n", "2", "--limit", "2"),
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = _engine_said(proc.stdout)
+    assert len(said) == 1 and said[0].startswith("[eval] engine: llamacpp (") and "--engine auto" in said[0]
+    config, summary_config, report = _engine_recorded(run_dir)
+    assert config["engine"] == summary_config["engine"] == "llamacpp" and config["engine_flag"] == "auto"
+    assert report == ["- engine: `llamacpp` (found by `--engine auto`)"], report
+
+
+def test_the_hf_backend_is_engine_hf(tiny_model, tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "afm.cli", "eval", "run", "--benchmarks", "demo_math", "--run-dir", str(run_dir),
+           "--backend", "hf", "--model", str(tiny_model), "--limit", "1", "--n", "1", "--max-turns", "1",
+           "--max-tokens-per-turn", "4", "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = _engine_said(proc.stdout)
+    assert len(said) == 1 and said[0].startswith("[eval] engine: hf ("), proc.stdout
+    config, summary_config, report = _engine_recorded(run_dir)
+    assert config["engine"] == summary_config["engine"] == "hf" and config.get("engine_flag") is None
+    assert report == ["- engine: `hf`"], report

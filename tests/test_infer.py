@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from afm.common.procs import free_port
 from afm.offline.openai_standin import StandIn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,3 +131,114 @@ def test_engine_errors_are_failures_and_a_resume_retries_them(llm, tiny_model, t
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 8 and all(r["status"] == "ok" and r["finish_reason"] == "answer" for r in records[4:])
     assert "trajectories: 4 (with an answer: 4)" in again.stdout and "finish reasons: answer=4" in again.stdout
+
+
+# ---- the tokenizer of a served model, and the engine a run found (issue 40) -----------------------------------
+
+def _without_tokenizer(cmd: list[str], model: str) -> list[str]:
+    """``cmd`` without ``--tokenizer X``, asking for the served model ``model``."""
+    i = cmd.index("--tokenizer")
+    cmd = cmd[:i] + cmd[i + 2:]
+    cmd[cmd.index("--model") + 1] = model
+    return cmd
+
+
+def test_the_tokenizer_serve_model_sh_recorded_is_the_default(llm, tiny_model, tmp_path):
+    """No --tokenizer: the one evaluation/serve_model.sh recorded for the served name, as the scripts read it."""
+    llm.reset()
+    llm.rules({"match": "", "content": "<think> t </think>\n<answer>A</answer>"})
+    name = f"served-{tmp_path.name}"
+    record = REPO / "runs" / "serve" / f"{name}.model_path"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(f"{tiny_model}\n")
+    try:
+        cmd = _without_tokenizer(infer_cmd(llm, tiny_model, write_questions(tmp_path / "q.jsonl", 1),
+                                           tmp_path / "t.jsonl"), name)
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    finally:
+        record.unlink()
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert f"tokenizer: {tiny_model} (recorded for {name} in {record})" in run.stdout
+
+
+@pytest.mark.parametrize("command", [["infer", "--input", "q.jsonl", "--output", "out.jsonl"],
+                                     ["eval", "run", "--benchmarks", "demo_math", "--run-dir", "run"]],
+                         ids=["infer", "eval-run"])
+def test_no_tokenizer_anywhere_is_one_line_at_once(command, tmp_path):
+    """A served GGUF's name is no tokenizer: one line saying to pass --tokenizer, without asking the hub (whose
+    retries took 57 s offline)."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    (work / "q.jsonl").write_text('{"question": "2+2?"}\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}  # a user's shell
+    env.update(HF_HOME=str(tmp_path / "hf-home"), PYTHONPATH=str(REPO))  # nothing in the hub's cache
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "afm.cli", *command, "--model", f"gemma-{tmp_path.name}",
+                           "--base-url", "http://127.0.0.1:9/v1"], capture_output=True, text=True, cwd=work,
+                          env=env, timeout=300)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert "pass --tokenizer <hf folder>" in lines[0] and "afm model prepare" in lines[0], lines[0]
+    assert elapsed < 25, f"{elapsed:.0f} s: the hub was asked"
+    assert sorted(p.name for p in work.iterdir()) == ["q.jsonl"]
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_model):
+    """The stand-in answering as llama.cpp's llama-server (``GET /props``, native ``/completion``)."""
+    with StandIn(tokenizer=str(tiny_model), dialect="llamacpp") as server:
+        yield server
+
+
+@pytest.mark.parametrize(("engine", "found"), [("auto", "llamacpp"), ("llamacpp", "llamacpp")])
+def test_the_engine_is_said_once_and_in_the_summary(llama, tiny_model, tmp_path, engine, found):
+    llama.reset()
+    llama.rules({"match": "", "content": "<think> t </think>\n<answer>A</answer>"})
+    q = write_questions(tmp_path / "q.jsonl", 3)
+    cmd = infer_cmd(llama, tiny_model, q, tmp_path / "t.jsonl", "--engine", engine)
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    said = [line for line in run.stdout.splitlines() if line.startswith("[infer] engine: ")]
+    assert len(said) == 1 and said[0].startswith(f"[infer] engine: {found} ("), run.stdout
+    assert ("--engine auto" in said[0]) == (engine == "auto")
+    assert f"\nengine: {found}\n" in f"\n{run.stdout}"  # the summary's line
+
+
+def test_a_prepared_gguf_served_by_serve_model_sh_needs_no_tokenizer_flag(tiny_model, tmp_path):
+    """The newcomer's path: serve the GGUF of a folder `afm model prepare` wrote (its tokenizer in hf/ beside it)
+    with ENGINE=llamacpp and nothing else, then `afm infer --model <served name>`. llama-server is played by the
+    stand-in speaking its dialect (the real one: tests/test_llamacpp_engine.py)."""
+    prepared = tmp_path / "prepared"
+    shutil.copytree(tiny_model, prepared / "hf")
+    gguf = prepared / f"gemma-{tmp_path.name}.gguf"  # never read: the stand-in serves the tiny model
+    gguf.write_bytes(b"GGUF")
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/usr/bin/env bash\n"  # llama-server's command line, answered by the stand-in
+                    "while [[ $# -gt 0 ]]; do case $1 in --port) port=$2;; --alias) alias=$2;; esac; shift; done\n"
+                    f'exec "{sys.executable}" -m afm.offline.openai_standin --port "$port" --model "$alias" '
+                    f'--dialect llamacpp --tokenizer "{tiny_model}"\n')
+    fake.chmod(0o755)
+    port = free_port()
+    env = {**os.environ, "ENGINE": "llamacpp", "MODEL_PATH": str(gguf), "PORT": str(port), "LLAMA_SERVER": str(fake),
+           "LOG": str(tmp_path / "serve.log"), "PYTHONPATH": str(REPO)}
+    served = subprocess.run(["bash", str(REPO / "evaluation/serve_model.sh")], env=env, capture_output=True,
+                            text=True, timeout=300, cwd=tmp_path)
+    assert served.returncode == 0, served.stdout + served.stderr
+    pid = int(re.search(r"pid (\d+)", served.stdout).group(1))
+    name = gguf.stem
+    record = REPO / "runs" / "serve" / f"{name}.model_path"
+    try:
+        assert record.read_text().strip() == str(prepared / "hf")
+        q = write_questions(tmp_path / "q.jsonl", 1)
+        run = subprocess.run([sys.executable, "-m", "afm.cli", "infer", "--input", str(q), "--output",
+                              str(tmp_path / "t.jsonl"), "--base-url", f"http://127.0.0.1:{port}/v1", "--model", name,
+                              "--max-turns", "1", "--max-tokens-per-turn", "8", "--quiet"],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        record.unlink(missing_ok=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert f"[infer] tokenizer: {prepared / 'hf'} (recorded for {name} in {record})" in run.stdout
+    assert "[infer] engine: llamacpp (found by --engine auto" in run.stdout

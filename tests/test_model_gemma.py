@@ -2,8 +2,8 @@
 
 The tokenizer is checked against an oracle that shares nothing with afm.model or transformers: the GGUF header
 parsed with struct and SentencePiece's BPE run from its algorithm (afm.offline.spm_reference), and a few ids
-fixed here. The checkpoint is converted once per machine (~1 min, ~3 GB; cached in ~/.cache/afm/models or
-$AFM_MODEL_CACHE) and loaded once per test session.
+fixed here. The checkpoint is converted once per machine (~1 min; 1.4 GB on disk, ~3 GB of memory while it
+converts; cached in ~/.cache/afm/models or $AFM_MODEL_CACHE) and loaded once per test session.
 """
 
 from __future__ import annotations
@@ -282,6 +282,49 @@ def test_export_refuses_what_llama_cpp_could_not_serve(tmp_path):
     with pytest.raises(ValueError, match="outtype 'q4'"):
         export_gguf(hf, base, tmp_path / "z.gguf", "q4")
     assert not list(tmp_path.glob("[xyz].gguf*"))
+
+
+def _copy_prepared(prepared: Any, root: Path) -> Path:
+    """A prepared folder at ``root`` holding ``prepared``'s files (hard links, else symbolic ones: no 1.4 GB copy)."""
+    for src in (prepared.root / "afm-model.json", prepared.gguf_path, *sorted(prepared.hf_dir.iterdir())):
+        dst = root / src.relative_to(prepared.root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:
+            dst.symlink_to(src)
+    return root
+
+
+def _afm_model(*args: str, cache: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AFM_MODEL_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "afm.cli", "model", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300)
+
+
+def test_export_uses_the_folder_prepare_made_and_never_prepares(gemma, tmp_path):
+    """``afm model prepare NAME --out DIR`` then ``afm model export``: the base is DIR's GGUF, said in one line; with
+    nothing prepared, export says what to pass instead of starting a prepare."""
+    cache = tmp_path / "cache"  # empty: the checks must not lean on ~/.cache/afm
+    mine = _copy_prepared(gemma, tmp_path / "mine")
+    tiny = tmp_path / "tiny.gguf"
+    _tiny_gemma3_gguf(tiny)
+    from afm.model.convert import convert_gguf
+
+    ckpt = convert_gguf(tiny, tmp_path / "ckpt")  # another shape: the export stops at the check, after the base
+    nothing = _afm_model("export", str(ckpt), "--out", "x.gguf", cache=cache, cwd=tmp_path)
+    assert nothing.returncode == 2 and len(nothing.stderr.strip().splitlines()) == 1, nothing.stderr
+    assert "--base" in nothing.stderr and "afm model prepare gemma3-270m" in nothing.stderr
+    assert not cache.exists() or not any(cache.iterdir()), "export started a prepare"
+
+    made = _afm_model("prepare", "gemma3-270m", "--out", str(mine), cache=cache, cwd=tmp_path)
+    assert made.returncode == 0 and "preparing" not in made.stdout, made.stdout + made.stderr  # complete already
+    for base in ([], ["--base", "gemma3-270m"], ["--base", str(mine)]):
+        out = _afm_model("export", str(ckpt), "--out", "x.gguf", *base, cache=cache, cwd=tmp_path)
+        said = [line for line in out.stdout.splitlines() if line.startswith("[afm model] base: ")]
+        assert said == [f"[afm model] base: {mine / gemma.gguf_path.name} (prepared in {mine})"], out.stdout
+        assert out.returncode == 2 and "does not match the base GGUF" in out.stderr, out.stderr
+    assert not (cache / "gemma3-270m").exists() and not (tmp_path / "x.gguf").exists()
 
 
 def _llama_server_binary() -> Path | None:

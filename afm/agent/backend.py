@@ -8,6 +8,11 @@ from typing import Any, Literal, Protocol, runtime_checkable
 GenFinish = Literal["stop", "eos", "length"]
 
 
+class EngineRefused(RuntimeError):
+    """The engine refused afm's request itself (an HTTP 4xx other than a rate limit): every sample would fail the
+    same way, so a run stops at the first one with this message instead of recording each as failed."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Sampling settings of one generation call (per turn)."""

@@ -171,8 +171,9 @@ def _parse_openai(choice: dict[str, Any], sampling: SamplingParams) -> Parsed:
         if not text.endswith(matched) and ids is None:
             text += matched  # the server stripped the stop string despite include_stop_str_in_output
     else:
-        # finish "stop" without a matched string: the model's end-of-sequence token, unless the text still ends
-        # with a stop string (a server that keeps stops but does not name them).
+        # finish "stop" without a matched string: the model's end-of-sequence token (or, vLLM: an int stop_reason, a
+        # stop token id such as another end-of-turn id of the generation config, which ends the ids), unless the
+        # text still ends with a stop string (a server that keeps stops but does not name them).
         stop_str = next((s for s in sampling.stop if text.endswith(s)), None)
         finish = "stop" if stop_str else "eos"
     return Parsed(text, ids, finish, stop_str, {"finish_reason": reason, "stop_reason": matched})

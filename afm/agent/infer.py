@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from afm.agent.backend import ModelBackend, SamplingParams
+from afm.agent.backend import EngineRefused, ModelBackend, SamplingParams
 from afm.agent.engines import ENGINES
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
 from afm.agent.runner import (
@@ -44,7 +44,7 @@ from afm.agent.runner import (
     unfinished_line,
 )
 from afm.agent.runner import exit_code as run_exit_code
-from afm.agent.tokens import TokenizerAdapter
+from afm.agent.tokens import TokenizerAdapter, recorded_tokenizer, served_record
 from afm.common.run_lock import RunLock, command_line, take_or_say
 from afm.common.table_io import read_rows
 from afm.tools import Tool, build_tool, load_tools_config
@@ -67,26 +67,94 @@ class BackendLoadError(ValueError):
     name while offline): the user's to fix, so the CLIs print it as one line."""
 
 
-def build_backend(args: argparse.Namespace) -> tuple[ModelBackend, TokenizerAdapter]:
-    """The model backend of ``--backend`` and its tokenizer; :class:`BackendLoadError` when they cannot be loaded."""
-    hf = args.backend == "hf"
-    name = args.model if hf else args.tokenizer or args.model
+def _load_tokenizer(name: str, what: str, hint: str) -> TokenizerAdapter:
+    """``TokenizerAdapter.from_pretrained(name)``; :class:`BackendLoadError` saying ``what`` failed, and ``hint``."""
     try:
-        if hf:
-            from afm.agent.hf_backend import HFBackend
-
-            backend = HFBackend.from_pretrained(args.model, max_batch=args.batch_size, seed=args.seed or 0)
-            return backend, backend.tok
-        from afm.agent.openai_backend import OpenAIBackend
-
-        tok = TokenizerAdapter.from_pretrained(name)
+        return TokenizerAdapter.from_pretrained(name)
     except OSError as exc:  # transformers' error for a missing folder, an unknown hub id, or no network
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        what = "model" if hf else "tokenizer (--tokenizer, default --model)"
-        raise BackendLoadError(f"cannot load the {what} {name!r}: {reason} Give a local model folder, or a hub "
-                               "name with network access.") from exc
+        raise BackendLoadError(f"cannot load {what}: {reason} {hint}") from exc
+
+
+def served_tokenizer(tokenizer: str | None, model: str) -> tuple[TokenizerAdapter, str | None]:
+    """The tokenizer of the served ``model`` and, when it was not given, a line saying where it came from.
+
+    ``--tokenizer``; else the one evaluation/serve_model.sh recorded for the served name (the scripts' rule,
+    evaluation/tokenizer.sh); else ``model`` itself when this machine has it (a folder, or the hub's cache).
+    Otherwise :class:`BackendLoadError` at once: a served name (a GGUF's) is no hub id, and asking the hub
+    offline retried for a minute before failing.
+    """
+    if tokenizer:
+        return _load_tokenizer(tokenizer, f"the tokenizer (--tokenizer) {tokenizer!r}",
+                               "Give a local model folder, or a hub name with network access."), None
+    recorded = recorded_tokenizer(model)
+    if recorded:
+        record = served_record(model)
+        tok = _load_tokenizer(recorded, f"the tokenizer {recorded!r} recorded for {model!r} in {record}",
+                              "Pass --tokenizer <hf folder>, or serve again with TOKENIZER=<hf folder>.")
+        return tok, f"tokenizer: {recorded} (recorded for {model} in {record})"
+    try:
+        return TokenizerAdapter.from_pretrained(model, local_files_only=True), None
+    except (OSError, ValueError):
+        raise BackendLoadError(
+            f"no tokenizer for the served model {model!r}: pass --tokenizer <hf folder> (the hf folder `afm model "
+            "prepare` wrote, or the model folder the server serves; evaluation/serve_model.sh records it for "
+            "--model when started with TOKENIZER=<hf folder>)") from None
+
+
+def build_backend(args: argparse.Namespace, prefix: str = "[infer]") -> tuple[ModelBackend, TokenizerAdapter]:
+    """The model backend of ``--backend`` and its tokenizer; :class:`BackendLoadError` when they cannot be loaded.
+    Where a tokenizer not given came from is said on the console after ``prefix``."""
+    if args.backend == "hf":
+        from afm.agent.hf_backend import HFBackend
+
+        try:
+            backend = HFBackend.from_pretrained(args.model, max_batch=args.batch_size, seed=args.seed or 0)
+        except OSError as exc:  # transformers' error for a missing folder, an unknown hub id, or no network
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BackendLoadError(f"cannot load the model {args.model!r}: {reason} Give a local model folder, or a "
+                                   "hub name with network access.") from exc
+        return backend, backend.tok
+    from afm.agent.openai_backend import OpenAIBackend
+
+    tok, note = served_tokenizer(args.tokenizer, args.model)
+    if note:
+        print(f"{prefix} {note}", flush=True)
     return OpenAIBackend(args.base_url, args.model, tok, api_key=args.api_key, concurrency=args.concurrency,
                          timeout_s=args.request_timeout, engine=args.engine), tok
+
+
+class EngineNote:
+    """The engine that serves a run, said once on the console as soon as it is known: at once for ``--backend hf``
+    and a named ``--engine``; for ``--engine auto`` once the server answered (the backend asks it on the first
+    request), so callers :meth:`check` after each trajectory."""
+
+    def __init__(self, backend: Any, args: argparse.Namespace, prefix: str) -> None:
+        self.backend, self.args, self.prefix = backend, args, prefix
+        self.said = False
+
+    @property
+    def name(self) -> str | None:
+        """``hf``, or the dialect the server is spoken to in (None while ``--engine auto`` has not asked yet)."""
+        if self.args.backend == "hf":
+            return "hf"
+        dialect = getattr(self.backend, "dialect", None)
+        return dialect.name if dialect is not None else None
+
+    def check(self) -> str | None:
+        """The engine's name the first time it is known (said on the console then), else None."""
+        name = self.name
+        if self.said or name is None:
+            return None
+        self.said = True
+        if self.args.backend == "hf":
+            how = "--backend hf: the model in this process"
+        elif self.args.engine == "auto":
+            how = f"found by --engine auto at {self.args.base_url}: {self.backend.dialect.describe}"
+        else:
+            how = f"--engine {self.args.engine}: {self.backend.dialect.describe}"
+        print(f"{self.prefix} engine: {name} ({how})", flush=True)
+        return name
 
 
 def build_tools(names: tuple[str, ...], config_path: str | None) -> dict[str, Tool]:
@@ -130,6 +198,8 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(str(exc)) from None
     tool_names = tuple(args.tools.split(",")) if args.tools else tuple(prompt.tools)
     backend, tok = build_backend(args)
+    engine = EngineNote(backend, args, "[infer]")
+    engine.check()
     tools = build_tools(tool_names, args.tools_config)
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               seed=args.seed, presence_penalty=args.presence_penalty)
@@ -154,6 +224,7 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
         s = sampling if args.seed is None else sampling.with_(seed=args.seed + task.sample)
         traj = await run_trajectory(backend, tok, runner, config, prompt_ids, question=task.question, sampling=s,
                                     meta={"prompt_key": prompt.key, "prompt_version": prompt.version})
+        engine.check()
         failure = trajectory_failure(traj)
         record = {"key": task.key, "id": qid, "sample": task.sample, "question": task.question,
                   "gold": row.get(args.answer_key) if args.answer_key else None,
@@ -167,6 +238,7 @@ async def infer(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await close_run(store, tools.values(), backend)
     summary = summarize(store.records())
+    summary["engine"] = engine.name
     summary["run"] = counts
     return summary
 
@@ -201,7 +273,10 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                         "native /completion), openai (any other; ids retokenized when it returns none); auto asks "
                         "the server (default: %(default)s)")
     p.add_argument("--api-key", default="EMPTY")
-    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: --model)")
+    p.add_argument("--tokenizer", default=None,
+                   help="the served model's HF tokenizer folder (a GGUF's: the hf folder `afm model prepare` wrote); "
+                        "default: the one evaluation/serve_model.sh recorded for --model (runs/serve/), else --model "
+                        "when it is a folder here")
     p.add_argument("--prompt-style", choices=["user", "system"], default="user")
     p.add_argument("--tools-config", default=None, help="tools YAML (configs/tools/*.yaml)")
     p.add_argument("--seed", type=int, default=None, help="base seed (sample k uses seed + k)")
@@ -255,6 +330,9 @@ def _run(args: argparse.Namespace) -> int:
         summary = asyncio.run(infer(args))
     except (InputError, BackendLoadError) as exc:
         print(f"afm infer: {exc}", file=sys.stderr)
+        return 2
+    except EngineRefused as exc:  # the engine refuses afm's request itself: every trajectory would fail alike
+        print(f"afm infer: stopped at the first trajectory: {exc}", file=sys.stderr)
         return 2
     except StoreWriteError as exc:  # disk full: one line, not a traceback; what was stored stays
         print(f"afm infer: {stopped_line(exc, 'everything')}", file=sys.stderr)

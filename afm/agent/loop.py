@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from afm.agent.backend import Generation, ModelBackend, SamplingParams
+from afm.agent.backend import EngineRefused, Generation, ModelBackend, SamplingParams
 from afm.agent.record import FinishReason, Segment, ToolCallRecord, Trajectory
 from afm.agent.tokens import TokenizerAdapter
 from afm.tools.base import Tool, ToolContext, ToolResult
@@ -246,7 +246,7 @@ class AgentLoop:
                 reason = await self._turn(state)
         except TimeoutError:
             reason = "timeout"
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, EngineRefused):  # a refused request stops the run, not one trajectory
             raise
         except Exception as exc:
             reason = "error"

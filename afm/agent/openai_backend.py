@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 from typing import Any
 
 import httpx
 
-from afm.agent.backend import Generation, SamplingParams
+from afm.agent.backend import EngineRefused, Generation, SamplingParams
 from afm.agent.engines import DIALECTS, ENGINES, Dialect, Parsed, detect, server_root
 from afm.agent.tokens import TokenizerAdapter
 
@@ -30,6 +31,21 @@ logger = logging.getLogger("afm.agent")
 
 class BackendError(RuntimeError):
     """The model server failed after all retries (the message says how)."""
+
+
+# vLLM's HTTP validation caps the stop strings of a request (VLLM_MAX_STOP_STRINGS, 4 by default in 0.31-0.32); its
+# 400 names the field and the cap. afm sends one per enabled tool plus </answer>: 5 with the four tools.
+_STOP_CAP = re.compile(r"stop.*?at most (\d+) items", re.IGNORECASE | re.DOTALL)
+
+
+def refusal_message(base_url: str, status: int, text: str, stops: int) -> str:
+    """One line for an engine's refusal of afm's request, saying what to do where afm knows."""
+    cap = _STOP_CAP.search(text)
+    if cap and status == 400:
+        return (f"the engine at {base_url} takes at most {cap.group(1)} stop strings a request and afm sends {stops} "
+                "(the closing tag of each enabled tool and </answer>): start vLLM with VLLM_MAX_STOP_STRINGS="
+                f"{max(stops, 8)} or more (evaluation/serve_model.sh sets 32), or enable fewer tools")
+    return f"the engine at {base_url} refused afm's request: HTTP {status}: {' '.join(text.split())[:400]}"
 
 
 class OpenAIBackend:
@@ -126,9 +142,9 @@ class OpenAIBackend:
                             last = f"unreadable response ({exc}): {resp.text[:300]}"
                     elif resp.status_code in (408, 409, 429) or resp.status_code >= 500:
                         last = f"HTTP {resp.status_code}: {resp.text[:300]}"
-                    else:  # a 4xx other than rate limits will not get better by retrying
-                        raise BackendError(f"model server refused the request: HTTP {resp.status_code}: "
-                                           f"{resp.text[:500]}")
+                    else:  # a 4xx other than rate limits: every sample would get it, so the run stops here
+                        raise EngineRefused(refusal_message(self.base_url, resp.status_code, resp.text,
+                                                            len(sampling.stop)))
                 if attempt < self.retries:
                     await asyncio.sleep(min(30.0, 0.5 * 2**attempt) * (0.5 + random.random()))
         raise BackendError(f"model server failed after {self.retries + 1} attempts: {last}")
@@ -192,8 +208,12 @@ class OpenAIBackend:
                                "run's summary counts them", name, self.base_url)
             if finish == "eos" and (not ids or ids[-1] not in self.tok.eos_ids):
                 ids.append(min(self.tok.eos_ids))
-        if finish == "eos" and ids and ids[-1] not in self.tok.eos_ids:
-            ids = [*ids, min(self.tok.eos_ids)]  # servers drop the EOS from the output; the context keeps it
+        stop_token = p.meta.get("stop_reason")
+        if (finish == "eos" and ids and ids[-1] not in self.tok.eos_ids
+                and not (isinstance(stop_token, int) and ids[-1] == stop_token)):
+            # an engine that drops the EOS from its ids (vLLM 0.31-0.32 keeps it, as it keeps a stop token it names
+            # in stop_reason, such as a second end-of-turn id of the model's generation config)
+            ids = [*ids, min(self.tok.eos_ids)]
         return Generation(ids, finish, self.tok.decode(ids) if source == "sampled" else text, p.stop_str,  # type: ignore[arg-type]
                           source, meta=dict(p.meta))
 

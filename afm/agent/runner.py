@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from afm.agent.backend import EngineRefused
+
 logger = logging.getLogger(__name__)
 
 
@@ -153,7 +155,9 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
     key above the bar or, without one, as a log warning. SIGINT/SIGTERM stop the launch of new tasks and cancel
     running ones; everything finished before that is already on disk, and ``signal`` names the signal (the
     CLIs exit with 128 + its number). ``done + failed + cancelled`` equals the tasks not skipped. A failed write
-    stops the run the same way and raises :class:`StoreWriteError` once the running tasks are cancelled.
+    stops the run the same way and raises :class:`StoreWriteError` once the running tasks are cancelled; so does
+    an engine that refuses afm's request itself (:class:`afm.agent.backend.EngineRefused`, an HTTP 4xx: every task
+    would fail alike), which is raised once the running tasks are cancelled.
     """
     all_tasks = list(tasks)
     todo = [t for t in all_tasks if t.key not in store]
@@ -163,6 +167,7 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
     installed: list[tuple[signal.Signals, Any]] = []
     got: list[signal.Signals] = []
     write_error: list[StoreWriteError] = []
+    refused: list[EngineRefused] = []
 
     def on_signal(sig: signal.Signals) -> None:
         got.append(sig)
@@ -196,6 +201,12 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
                 return
             try:
                 record = await run_one(task)
+            except EngineRefused as exc:  # every task would be refused alike: stop the run, say it once, below
+                counts["cancelled"] += 1
+                if not refused:
+                    refused.append(exc)
+                stop.set()
+                return
             except Exception as exc:  # a cancelled task is counted once, below, by task.cancelled()
                 counts["failed"] += 1
                 report(f"[{task.key}] failed: {type(exc).__name__}: {exc}")
@@ -249,6 +260,8 @@ async def run_tasks(tasks: Iterable[RolloutTask], run_one: Callable[[RolloutTask
             bar.close()
     if write_error:
         raise write_error[0]
+    if refused:
+        raise refused[0]
     return {"done": counts["done"], "skipped": skipped, "failed": counts["failed"], "cancelled": counts["cancelled"],
             "interrupted": bool(got), "signal": got[0].name if got else None}
 
@@ -328,6 +341,8 @@ def format_summary(s: dict[str, Any]) -> str:
              "call status: " + (", ".join(f"{k}={v}" for k, v in s["tool_call_status"].items()) or "none"),
              f"mean tokens: model {s['mean_model_tokens']}, observation {s['mean_observation_tokens']}; "
              f"mean turns {s['mean_turns']}"]
+    if s.get("engine"):
+        lines.insert(0, f"engine: {s['engine']}")
     if s.get("ids_retokenized"):
         lines.insert(0, f"WARNING token ids retokenized from text in {s['ids_retokenized']} of {s['trajectories']} "
                         "trajectories: the engine returned no sampled ids, so they are not token-in-token-out "

@@ -4,10 +4,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 # ChatML's (Qwen) and Gemma's end of turn
 END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>")
+# where evaluation/serve_model.sh records the tokenizer of the model it serves: the checkout's runs/serve, as
+# afm_served_record in evaluation/tokenizer.sh writes it (a wheel install has no such folder, so no record)
+SERVE_RECORDS = Path(__file__).resolve().parents[2] / "runs" / "serve"
+
+
+def served_record(model: str, root: Path = SERVE_RECORDS) -> Path:
+    """The file evaluation/serve_model.sh writes for the served model name ``model``."""
+    return root / f"{model.replace('/', '_')}.model_path"
+
+
+def recorded_tokenizer(model: str, root: Path = SERVE_RECORDS) -> str | None:
+    """The tokenizer folder (or hub id) evaluation/serve_model.sh recorded for ``model``, or None."""
+    try:
+        first = served_record(model, root).read_text(encoding="utf-8").partition("\n")[0].strip()
+    except OSError:  # no record (or unreadable): the caller falls back, as the scripts do
+        return None
+    return first or None
 
 
 class TokenizerAdapter:

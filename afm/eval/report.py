@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from afm.eval.metrics import (
 from afm.eval.select import get_selector
 
 PLOTS = "plots"
+logger = logging.getLogger(__name__)
 
 
 # -- formatting ------------------------------------------------------------------------------------------------
@@ -198,11 +200,23 @@ def _caveat_lines(summary: dict[str, Any]) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+def _engine_line(cfg: dict[str, Any]) -> list[str]:
+    """The engine that served the run, as afm eval run found it; an ``engine`` of ``auto`` (runs from before the
+    found one was recorded) is the flag, which names no engine."""
+    engine = cfg.get("engine")
+    if engine is None or engine == "auto":
+        return []
+    how = " (found by `--engine auto`)" if cfg.get("engine_flag") == "auto" else ""
+    return [f"- engine: `{engine}`{how}"]
+
+
 def _header(summary: dict[str, Any], title: str) -> list[str]:
     cfg = summary.get("config") or {}
     lines = [f"# {title}", "", *_caveat_lines(summary), f"- run: `{summary.get('run_dir')}`"]
     for key in ("model", "backend", "engine", "prompt_style", "started_at", "seed"):
-        if cfg.get(key) is not None:
+        if key == "engine":
+            lines += _engine_line(cfg)
+        elif cfg.get(key) is not None:
             lines.append(f"- {key}: `{cfg[key]}`")
     if cfg.get("settings"):
         lines.append(f"- sampling: `{json.dumps(cfg['settings'], sort_keys=True)}`")
@@ -340,6 +354,19 @@ def _comparison_section(comparison: dict[str, Any], label_a: str, label_b: str) 
 
 
 # -- entry points ----------------------------------------------------------------------------------------------
+VIEW = "view.html"
+
+
+def _write_viewer(viewer: Callable[[list[Path], Path], Any], runs: list[Path], path: Path) -> bool:
+    """Run ``viewer``; False (and a warning) when it fails: the report never fails for its viewer."""
+    try:
+        viewer(runs, path)
+    except Exception as exc:  # any failure of the page is the page's, not the report's
+        logger.warning("afm eval report: the trajectory viewer was not written (%s: %s)", type(exc).__name__, exc)
+        return False
+    return True
+
+
 def _write_text(path: Path, text: str) -> None:
     """Write then rename, so a killed report never leaves a half-written file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -350,12 +377,15 @@ def _write_text(path: Path, text: str) -> None:
 
 def write_report(run_dir: str | os.PathLike, other_run: str | os.PathLike | None = None,
                  out_dir: str | os.PathLike | None = None, *, ks: Sequence[int] | None = None, selector: Any = None,
-                 bo_n: int | None = None, resamples: int = RESAMPLES, seed: int = 0) -> Path:
+                 bo_n: int | None = None, resamples: int = RESAMPLES, seed: int = 0,
+                 viewer: Callable[[list[Path], Path], Any] | None = None) -> Path:
     """Write ``report.md``, ``summary.json`` and ``plots/*.png`` into ``out_dir`` (default ``run_dir``).
 
     ``selector``: None, ``"majority"``, ``"judge"`` or a selector object (see :func:`afm.eval.metrics.best_of_n`).
-    With ``other_run`` the report adds a paired comparison (this run = A, the other = B). Returns the path of
-    ``report.md``.
+    With ``other_run`` the report adds a paired comparison (this run = A, the other = B). ``viewer(runs, path)``
+    writes the trajectory viewer page (``afm view``; the CLI passes it in, as afm.eval may not import the viewer)
+    to ``view.html`` beside the report, which links it; a viewer that fails is a logged warning, never a failed
+    report. Returns the path of ``report.md``.
     """
     if isinstance(selector, str):
         selector = get_selector(selector)
@@ -382,6 +412,9 @@ def write_report(run_dir: str | os.PathLike, other_run: str | os.PathLike | None
         figures.append(("A vs B", plot_accuracy([("A", summary), ("B", analysed[1][1])], plots / "comparison.png")))
 
     lines = _header(summary, f"Eval report: {Path(run_dir).name}")
+    if viewer is not None and _write_viewer(viewer, [Path(r) for r in runs], out / VIEW):
+        lines += [f"Every sample and trajectory, filterable, in [the trajectory viewer ({VIEW})]({VIEW}) "
+                  "(one self-contained HTML file: open it in any browser).", ""]
     if not summary["benchmarks"]:
         lines += ["No results yet.", ""]
     else:
@@ -399,8 +432,9 @@ def write_report(run_dir: str | os.PathLike, other_run: str | os.PathLike | None
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``afm eval report RUN_DIR [OTHER_RUN] [--out DIR] [--ks 1,2,4] [--selector none|majority|judge]``."""
+def main(argv: list[str] | None = None, viewer: Callable[[list[Path], Path], Any] | None = None) -> int:
+    """``afm eval report RUN_DIR [OTHER_RUN] [--out DIR] [--ks 1,2,4] [--selector none|majority|judge]``;
+    ``viewer``: see :func:`write_report`."""
     p = argparse.ArgumentParser(prog="afm eval report", description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="run folder with results.jsonl (A)")
     p.add_argument("other_run", nargs="?", default=None, help="second run folder to compare with (B)")
@@ -420,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--ks values must be >= 1")
     try:
         path = write_report(args.run_dir, args.other_run, args.out, ks=ks, selector=args.selector, bo_n=args.bo_n,
-                            resamples=args.bootstrap, seed=args.seed)
+                            resamples=args.bootstrap, seed=args.seed, viewer=viewer)
     except FileNotFoundError as exc:
         print(f"afm eval report: {exc}", file=sys.stderr)
         return 2

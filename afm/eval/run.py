@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from afm.agent.backend import SamplingParams
-from afm.agent.infer import BackendLoadError, build_backend, build_tools, trajectory_failure
+from afm.agent.backend import EngineRefused, SamplingParams
+from afm.agent.infer import BackendLoadError, EngineNote, build_backend, build_tools, trajectory_failure
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
 from afm.agent.runner import (
     FAILED,
@@ -80,6 +80,19 @@ def _check_config(run_dir: Path, config: dict[str, Any], force: bool) -> None:
                   "expected_samples": {**old.get("expected_samples", {}), **config.get("expected_samples", {})}}
     run_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=1))
+
+
+def record_engine(run_dir: Path, engine: EngineNote) -> None:
+    """Once the engine that serves the run is known, say it and write it as config.json's ``engine`` (the
+    report's line), so that even a run killed later records what it was talking to."""
+    name = engine.check()
+    if name is None:
+        return
+    path = run_dir / CONFIG
+    config = {**json.loads(path.read_text()), "engine": name}
+    tmp = path.with_name(CONFIG + ".partial")
+    tmp.write_text(json.dumps(config, indent=1))
+    tmp.replace(path)  # a kill mid-write leaves the old config, never half of one
 
 
 def judge_status(env: dict[str, str] | None = None, timeout: float = 5.0) -> str | None:
@@ -169,14 +182,20 @@ async def evaluate(args: argparse.Namespace,
     run_dir = Path(args.run_dir)
     names, specs, items = inputs if inputs is not None else load_inputs(args)
     settings = {b: _sampling(dict(specs[b].sampling), args) for b in names}
+    # "engine" is what served the run, written by record_engine once known (--engine auto: after the first
+    # request); "engine_flag" is what was asked for
     config = {"model": args.model, "backend": args.backend, "base_url": args.base_url if args.backend == "openai"
-              else None, "engine": args.engine if args.backend == "openai" else None, "prompt_style": args.prompt_style, "benchmarks": names, "seed": args.seed,
+              else None, "engine_flag": args.engine if args.backend == "openai" else None,
+              "prompt_style": args.prompt_style, "benchmarks": names, "seed": args.seed,
               "settings": settings, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv[1:],
               # what a complete run holds, so that a report of an unfinished one says so
               "expected_samples": {b: len(items[b]) * settings[b]["n"] for b in names}}
-    backend, tok = build_backend(args)  # before the run folder is written: a wrong tokenizer name leaves none
+    # before the run folder is written: a wrong tokenizer name leaves none
+    backend, tok = build_backend(args, prefix="[eval]")
+    engine = EngineNote(backend, args, "[eval]")
     try:
         _check_config(run_dir, config, args.force)
+        record_engine(run_dir, engine)
     except BaseException:
         await backend.aclose()
         raise
@@ -222,6 +241,7 @@ async def evaluate(args: argparse.Namespace,
         sampling = cfg.sampling if args.seed is None else cfg.sampling.with_(seed=args.seed + task.sample)
         traj = await run_trajectory(backend, tok, runner, cfg, prompt_ids, question=item.question, sampling=sampling,
                                     meta={"prompt_key": prompt.key, "prompt_version": prompt.version})
+        record_engine(run_dir, engine)
         solution = traj.response_text()
         error = traj.error
         if trajectory_failure(traj):  # the engine or a tool server failed: nothing to score
@@ -264,9 +284,12 @@ async def evaluate(args: argparse.Namespace,
 
 def add_args(p: argparse.ArgumentParser) -> None:
     from afm.agent.infer import add_backend_args
+    from afm.eval.demo_sets import DEMO_SET_NAMES
 
     add_backend_args(p)
-    p.add_argument("--benchmarks", required=True, help="comma-separated benchmark names (afm.eval.datasets)")
+    p.add_argument("--benchmarks", required=True,
+                   help="comma-separated benchmark names (afm.eval.benchmark_specs: gaia, hle, math500, ...; their "
+                        f"files under --data-root); demo sets that need no file: {','.join(DEMO_SET_NAMES)}")
     p.add_argument("--run-dir", required=True, help="results.jsonl, config.json and the report go here; one run "
                    "writes a folder at a time (a second one exits 2 at once), and the same command resumes it")
     p.add_argument("--file", action="append", metavar="BENCH=PATH", help="data file of a benchmark (repeatable)")
@@ -315,6 +338,9 @@ def _run(args: argparse.Namespace, inputs: tuple[list[str], dict[str, Any], dict
         counts = asyncio.run(evaluate(args, inputs))
     except BackendLoadError as exc:  # a wrong model or tokenizer name
         print(f"afm eval run: {exc}", file=sys.stderr)
+        return 2
+    except EngineRefused as exc:  # the engine refuses afm's request itself: every sample would fail alike
+        print(f"afm eval run: stopped at the first sample: {exc}", file=sys.stderr)
         return 2
     except StoreWriteError as exc:  # disk full: one line, not a traceback; what was stored stays
         print(f"afm eval run: {stopped_line(exc, 'every result')}", file=sys.stderr)

@@ -66,6 +66,42 @@ def _complete(prepared: PreparedModel, stamp: dict[str, object]) -> bool:
         return False
 
 
+def _last_record(name: str) -> Path:
+    """Where ``prepare`` records the folder it made or found for ``name`` last (export's default base)."""
+    return default_cache() / f"{name}.prepared"
+
+
+def _remember(prepared: PreparedModel) -> None:
+    try:
+        record = _last_record(prepared.name)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(f"{prepared.root.resolve()}\n")
+    except OSError:  # a read-only cache only loses export's default: export then asks for --base
+        pass
+
+
+def last_prepared(name: str) -> PreparedModel | None:
+    """The complete prepared copy of ``name`` here, without preparing one: the folder ``prepare`` made or found
+    last (``--out DIR`` included), else the cache's; None when there is neither."""
+    try:
+        recorded: list[Path] = [Path(_last_record(name).read_text(encoding="utf-8").strip())]
+    except OSError:
+        recorded = []
+    for root in [*recorded, default_cache() / name]:
+        if (found := cached(name, root)) is not None:
+            return found
+    return None
+
+
+def prepared_in(root: Path | str) -> PreparedModel | None:
+    """The complete prepared model in folder ``root`` (one ``prepare`` wrote), whichever it is; else None."""
+    try:
+        name = json.loads((Path(root) / _DONE).read_text())["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return cached(str(name), root)
+
+
 def cached(name: str, out: Path | str | None = None) -> PreparedModel | None:
     """The prepared model if ``prepare`` would return it at once, else None (MissingModelPackage without them)."""
     src, prepared = _layout(name, out)
@@ -76,12 +112,14 @@ def cached(name: str, out: Path | str | None = None) -> PreparedModel | None:
 def prepare(name: str, out: Path | str | None = None, force: bool = False) -> PreparedModel:
     """The GGUF and HF checkpoint of ``name`` under ``out`` (default ``default_cache()/name``), built once.
 
-    A second call finds ``afm-model.json`` (written last) with the same stamp and returns at once.
+    A second call finds ``afm-model.json`` (written last) with the same stamp and returns at once. The folder is
+    remembered (``default_cache()/NAME.prepared``) as :func:`last_prepared`, ``afm model export``'s default base.
     """
     src, prepared = _layout(name, out)
     pkg = _require(src)
     root, done, stamp = prepared.root, prepared.root / _DONE, _stamp(src, pkg)
     if not force and _complete(prepared, stamp):
+        _remember(prepared)
         return prepared
     from afm.model.convert import convert_gguf
 
@@ -95,4 +133,5 @@ def prepare(name: str, out: Path | str | None = None, force: bool = False) -> Pr
     shutil.rmtree(prepared.hf_dir, ignore_errors=True)
     tmp.rename(prepared.hf_dir)
     done.write_text(json.dumps(stamp) + "\n")
+    _remember(prepared)
     return prepared
