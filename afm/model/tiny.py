@@ -55,6 +55,11 @@ class ModelSize:
 
 # The model of the tests, the benchmarks and --local's toy policy: built and trained in seconds on a CPU.
 TINY = ModelSize(vocab_size=2048, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2)
+# TINY's shape with heads of 32 dimensions (2 query heads sharing 1 key/value head: the same weights' sizes):
+# vLLM's CPU attention takes head sizes from 32 up, and TINY's are 16. The vLLM tests serve it, and --local's toy
+# policy uses it with ROLLOUT_ENGINE=vllm.
+TINY_VLLM = ModelSize(vocab_size=2048, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2,
+                      num_kv_heads=1)
 
 
 def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int):
