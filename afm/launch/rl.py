@@ -98,6 +98,8 @@ PPO: dict[str, str] = {"ROLLOUT_N": "1", "REWARD_MANAGER": "naive", "EXPERIMENT_
 CPU: dict[str, str] = {"GPUS_PER_NODE": "1"}
 # ROLLOUT_ENGINE=hf runs one model copy per trainer rank: the task's TP does not apply.
 HF_ENGINE: dict[str, str] = {"TP": "1"}
+# ROLLOUT_ENGINE=vllm with DEVICE=cpu: vLLM's CPU build serves one copy.
+VLLM_CPU: dict[str, str] = {"TP": "1"}
 # --local, the laptop profile (experiments/local.sh says what it is for): CPU, hf rollout, the toy code task and its
 # tiny policy (built once under runs/rl_local/), 4 prompts x 4 rollouts, 128-token responses, 4 steps. {work} is
 # AFM_LOCAL_DIR, else runs/rl_local/<task>. LR: 1e-4 suits the toy policy, trained from scratch; a pretrained
@@ -311,6 +313,8 @@ def layers(task: str, values: Mapping[str, str], *, local: bool, work: str) -> I
         yield local_batches(values)
     if values.get("ROLLOUT_ENGINE") == "hf":
         yield HF_ENGINE
+    if values.get("ROLLOUT_ENGINE") == "vllm" and (values.get("DEVICE") or default("DEVICE")) == "cpu":
+        yield VLLM_CPU
     if _chosen("ALGORITHM", values) == "ppo":
         yield {k: v.format(task=task) for k, v in PPO.items()}
     if task == "code":

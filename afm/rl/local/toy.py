@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +110,14 @@ def build_policy(out_dir: str | Path, parquet: str | Path, *, steps: int = 120, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from afm.demo_content.samples import tokenizer_corpus
-    from afm.model.tiny import build_tiny_model
+    from afm.model.tiny import TINY_VLLM, build_tiny_model
 
     out = Path(out_dir)
     stamp = out / "afm_toy_policy.json"
-    if stamp.exists():
+    shape = asdict(TINY_VLLM)  # heads of 32: vLLM's CPU attention serves it too (ROLLOUT_ENGINE=vllm)
+    if policy_is_current(out):
         return out
-    build_tiny_model(out, tokenizer_corpus(0), seed=seed)
+    build_tiny_model(out, tokenizer_corpus(0), TINY_VLLM, seed=seed)
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     rows = pd.read_parquet(parquet).to_dict("records")
@@ -135,9 +137,21 @@ def build_policy(out_dir: str | Path, parquet: str | Path, *, steps: int = 120, 
         loss.backward()
         opt.step()
     model.save_pretrained(out)
-    stamp.write_text(json.dumps({"steps": steps, "lr": lr, "seed": seed, "final_loss": float(loss)}) + "\n")
+    stamp.write_text(json.dumps({"steps": steps, "lr": lr, "seed": seed, "size": shape,
+                                 "final_loss": float(loss)}) + "\n")
     logger.info("toy policy written to %s (final loss %.3f)", out, float(loss))
     return out
+
+
+def policy_is_current(out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` holds a toy policy of today's shape (an older one, of 16-dimension heads, is rebuilt)."""
+    from afm.model.tiny import TINY_VLLM
+
+    stamp = Path(out_dir) / "afm_toy_policy.json"
+    try:
+        return json.loads(stamp.read_text()).get("size") == asdict(TINY_VLLM)
+    except (OSError, ValueError):
+        return False
 
 
 def prepare(workdir: str | Path, n_per_kind: int = 2) -> dict[str, Path]:
