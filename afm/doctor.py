@@ -61,13 +61,19 @@ def torch_is_cpu_build() -> bool:
 
 
 def fix_cpu_torch() -> list[str]:
-    """Repair torchvision/torchaudio beside a CPU torch. Returns the actions taken (empty when none were needed)."""
+    """Repair torchvision/torchaudio/torchcodec beside a CPU torch. Returns the actions taken (empty when none were needed)."""
     actions: list[str] = []
     if not torch_is_cpu_build():
         return actions
     if _version("torchvision") is not None and not _imports("torchvision")[0]:
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", "torchvision"], check=True)
         actions.append("uninstalled torchvision (CUDA-only wheel; transformers works without it)")
+    # torchcodec (vLLM's and datasets' audio/video decoding) is built for CUDA torch too, and fails with an OSError
+    # that vLLM's optional-import guard does not catch: `from vllm import LLM` (verl's rollout) died on it. A
+    # package that is absent is skipped by everyone who merely prefers it; one that fails to load is not.
+    if _version("torchcodec") is not None and not _imports("torchcodec")[0]:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", "torchcodec"], check=True)
+        actions.append("uninstalled torchcodec (CUDA-only wheel: it fails to load beside CPU torch)")
     spec = importlib.util.find_spec("torchaudio")
     if spec is not None and spec.origin and not _imports("torchaudio")[0]:
         lib_dir = Path(spec.origin).parent / "lib"
@@ -126,7 +132,7 @@ def run_checks() -> list[Check]:
         checks.append(Check("torch", False, "not installed (bash scripts/install.sh)"))
     else:
         checks.append(Check("torch", _imports("torch")[0], f"{torch_v} ({'cpu' if torch_is_cpu_build() else 'gpu'} build)"))
-    for dist, module in (("torchvision", "torchvision"), ("torchaudio", "torchaudio")):
+    for dist, module in (("torchvision", "torchvision"), ("torchaudio", "torchaudio"), ("torchcodec", "torchcodec")):
         v = _version(dist)
         if v is not None:
             ok, err = _imports(module)

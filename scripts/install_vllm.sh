@@ -65,6 +65,8 @@ assert version(sys.argv[1]) == sys.argv[2]
 import vllm  # noqa: F401
 EOF
   echo "[vllm] $want is installed in $AFM_VLLM_VENV"
+  # a later pip install (afm's own extras) may have brought them back: they break vLLM's imports (see above)
+  [[ $has_gpu == false ]] && "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1
   exit 0
 fi
 if [[ $has_gpu == false ]] && ! "$PY" -c "import torch" >/dev/null 2>&1; then

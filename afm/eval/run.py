@@ -89,10 +89,14 @@ def record_engine(run_dir: Path, engine: EngineNote) -> None:
     if name is None:
         return
     path = run_dir / CONFIG
-    config = {**json.loads(path.read_text()), "engine": name}
     tmp = path.with_name(CONFIG + ".partial")
-    tmp.write_text(json.dumps(config, indent=1))
-    tmp.replace(path)  # a kill mid-write leaves the old config, never half of one
+    try:
+        config = {**json.loads(path.read_text()), "engine": name}
+        tmp.write_text(json.dumps(config, indent=1))
+        tmp.replace(path)  # a kill mid-write leaves the old config, never half of one
+    except OSError as exc:  # a full disk: the results' own store says so, once, and stops the run; this is a note
+        tmp.unlink(missing_ok=True)
+        logger.debug("afm eval run: could not record the engine in %s: %s", path, exc)
 
 
 def judge_status(env: dict[str, str] | None = None, timeout: float = 5.0) -> str | None:

@@ -241,8 +241,10 @@ def _kill_mid_step(cluster: Cluster, work: Path) -> dict:
     out: dict = {"log": work / "died.log"}
     try:
         env = _train_env(cluster, work, 3)
+        # FILTER_GROUPS=false: the wiki's passages make every answer wrong, so DAPO's filter drops every group and
+        # refills until its cap stops the run (TooManyFilteredGroups), which raced the kill this test is about
         env.update(CKPT_DIR=str(work / "ckpt-died"), AFM_RL_TRACE_DIR=str(work / "trace-died"),
-                   TOOL_CONFIG=str(work / "wiki_tools.yaml"), AGENT_NUM_WORKERS="2")
+                   TOOL_CONFIG=str(work / "wiki_tools.yaml"), AGENT_NUM_WORKERS="2", FILTER_GROUPS="false")
         with out["log"].open("w") as log:
             proc = subprocess.Popen(["bash", str(SCRIPT), "--local"], cwd=REPO, env=env, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
