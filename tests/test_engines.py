@@ -238,6 +238,33 @@ def test_an_engine_refusing_afms_request_stops_the_run_at_the_first_sample(tiny_
     assert rc == 2 and "refused afm's request: HTTP 404" in capsys.readouterr().err
 
 
+# vLLM 0.31's answer to a prompt longer than --max-model-len (vllm/renderers/params.py's wording)
+VLLM_TOO_LONG_400 = ('{"error": {"message": "This model\'s maximum context length is 2048 tokens. However, you requested '
+                     '4100 tokens (4084 in the messages, 16 in the completion).", "type": "BadRequestError", '
+                     '"param": null, "code": 400}}')
+
+
+def test_a_prompt_too_long_for_the_engine_fails_that_sample_only(tiny_model, tmp_path, capsys):
+    """A 4xx about one prompt's length (vLLM's "maximum context length", llama-server's exceed_context_size_error)
+    is that sample's failure, not retried; the other prompts still run and the run exits 1, not 2."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": "long", "question": "LONGPROMPT", "answer": "a"}) + "\n"
+                         + json.dumps({"id": "short", "question": "q", "answer": "a"}) + "\n")
+    out = tmp_path / "t.jsonl"
+    with StandIn(tokenizer=str(tiny_model)) as llm:
+        llm.rules({"match": "LONGPROMPT", "content": VLLM_TOO_LONG_400, "status": 400},
+                  {"match": ".", "content": "<answer>a</answer>"})
+        rc = infer_main(["--input", str(questions), "--output", str(out), "--model", "standin", "--tokenizer",
+                         str(tiny_model), "--base-url", llm.base_url, "--prompt", "code_agent", "--quiet"])
+        asked = [r for r in llm.requests() if r["path"].endswith("/completions")]
+    assert rc == 1, capsys.readouterr().err
+    records = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert records["long"]["status"] == "failed" and records["long"]["failure"].startswith("engine:")
+    assert "as too long" in records["long"]["failure"] and "maximum context length is 2048" in records["long"]["failure"]
+    assert records["short"]["status"] == "ok"
+    assert len(asked) == 2  # the refused prompt was asked once: no retry can make it fit
+
+
 def test_an_int_stop_reason_is_a_stop_token_kept_once(tok):
     """vLLM names a stop token id (a second end-of-turn id of the generation config) in stop_reason as an int, and
     keeps it in the ids: afm ends the turn there and adds no EOS of its own."""

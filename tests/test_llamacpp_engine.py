@@ -14,14 +14,13 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from served import stop_served
 
 from afm.agent import SamplingParams, TokenizerAdapter
 from afm.agent.openai_backend import OpenAIBackend
@@ -81,26 +80,8 @@ def server(gemma, tmp_path_factory):
     try:
         yield f"http://127.0.0.1:{port}/v1", tok_dir
     finally:
-        os.kill(pid, signal.SIGTERM)  # the server itself, not a wrapper: its port must be free afterwards
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.2)
-        alive = _alive(pid)
-        if alive:
-            os.kill(pid, signal.SIGKILL)
-        assert not alive, "llama-server outlived SIGTERM"
-        record = REPO / "runs/serve/gemma-test.model_path"
-        record.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is gone for our purpose (its parent, the serve script's shell, has exited already)
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ", 1)[1][:1] != "Z"
+        (REPO / "runs/serve/gemma-test.model_path").unlink(missing_ok=True)
+        stop_served(pid, "llama-server", timeout=30)
 
 
 @pytest.fixture(scope="module")

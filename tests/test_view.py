@@ -24,6 +24,7 @@ from view_runs import (
     read_page,
     rows_of,
     view_inputs,
+    write_page,
 )
 
 from afm.view import write_view
@@ -40,8 +41,7 @@ def inputs(tmp_path_factory, tiny_model):
 @pytest.fixture(scope="module")
 def page(inputs, tmp_path_factory):
     out = tmp_path_factory.mktemp("view") / "view.html"
-    order = ["sft", "rl", "notraj", "hostile", "infer", "sft_set", "mask_report", "rollouts", "validation"]
-    info = write_view([inputs[k] for k in order], out, compare=("sft", "rl"))
+    info = write_page(inputs, out)
     assert info.path == out and info.bytes == out.stat().st_size
     return out
 

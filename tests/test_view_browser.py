@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from view_runs import FLIP_DOWN, FLIP_UP, manifest_of, rows_of, view_inputs
+from view_runs import FLIP_DOWN, FLIP_UP, manifest_of, rows_of, view_inputs, write_page
 
 from afm.offline.chromium import headless_chromium, missing
 from afm.view import write_view
@@ -35,8 +35,7 @@ def inputs(tmp_path_factory, tiny_model):
 @pytest.fixture(scope="module")
 def page(inputs, tmp_path_factory):
     out = tmp_path_factory.mktemp("view-browser") / "view.html"
-    order = ["sft", "rl", "notraj", "hostile", "infer", "sft_set", "mask_report", "rollouts", "validation"]
-    write_view([inputs[k] for k in order], out, compare=("sft", "rl"))
+    write_page(inputs, out)
     return out
 
 

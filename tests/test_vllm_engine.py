@@ -16,13 +16,12 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from served import stop_served
 
 from afm.agent import SamplingParams, TokenizerAdapter
 from afm.agent.openai_backend import OpenAIBackend
@@ -72,24 +71,8 @@ def server(student, tmp_path_factory):
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.2)
-        alive = _alive(pid)
-        if alive:
-            os.kill(pid, signal.SIGKILL)
         (REPO / "runs/serve/vllm-test.model_path").unlink(missing_ok=True)
-        assert not alive, "vLLM outlived SIGTERM"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ", 1)[1][:1] != "Z"
+        stop_served(pid, "vLLM (the server and its engine)")
 
 
 @pytest.fixture(scope="module")

@@ -260,3 +260,14 @@ def detail_of(blocks: dict[str, bytes], manifest: dict, d: int) -> dict:
         if first <= d < first + count:
             return json.loads(blocks[f"afm-t{c}"])[d - first]
     raise KeyError(d)
+
+
+# every kind of input, in the order the tests' page lists them; sft and rl are compared
+PAGE_ORDER = ("sft", "rl", "notraj", "hostile", "infer", "sft_set", "mask_report", "rollouts", "validation")
+
+
+def write_page(inputs: dict[str, Path], out: Path):
+    """The tests' page of every input (:data:`PAGE_ORDER`) at ``out``; the writer's info."""
+    from afm.view import write_view
+
+    return write_view([inputs[k] for k in PAGE_ORDER], out, compare=("sft", "rl"))

@@ -36,6 +36,17 @@ class BackendError(RuntimeError):
 # vLLM's HTTP validation caps the stop strings of a request (VLLM_MAX_STOP_STRINGS, 4 by default in 0.31-0.32); its
 # 400 names the field and the cap. afm sends one per enabled tool plus </answer>: 5 with the four tools.
 _STOP_CAP = re.compile(r"stop.*?at most (\d+) items", re.IGNORECASE | re.DOTALL)
+# A 4xx about this prompt's length (llama-server's exceed_context_size_error, vLLM's "maximum context length" and
+# "longer than the maximum model length", OpenAI's context_length_exceeded): the next prompt may fit, so it fails
+# this sample only, unretried, where every other 4xx stops the run
+_PROMPT_TOO_LONG = re.compile(r"exceed_context_size|context_length_exceeded|maximum context length"
+                              r"|longer than the maximum model length|exceeds the available context size",
+                              re.IGNORECASE)
+
+
+def prompt_too_long(status: int, text: str) -> bool:
+    """Whether an engine's refusal is about this one prompt's length (a per-sample failure, not the run's)."""
+    return status in (400, 413, 422) and bool(_PROMPT_TOO_LONG.search(text[:4000]))
 
 
 def refusal_message(base_url: str, status: int, text: str, stops: int) -> str:
@@ -142,6 +153,9 @@ class OpenAIBackend:
                             last = f"unreadable response ({exc}): {resp.text[:300]}"
                     elif resp.status_code in (408, 409, 429) or resp.status_code >= 500:
                         last = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                    elif prompt_too_long(resp.status_code, resp.text):  # this sample's prompt: no retry helps
+                        raise BackendError(f"the engine refused a prompt of {len(prompt_ids)} tokens as too long: "
+                                           f"HTTP {resp.status_code}: {' '.join(resp.text.split())[:300]}")
                     else:  # a 4xx other than rate limits: every sample would get it, so the run stops here
                         raise EngineRefused(refusal_message(self.base_url, resp.status_code, resp.text,
                                                             len(sampling.stop)))

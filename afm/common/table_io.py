@@ -58,3 +58,22 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: row is a {type(row).__name__}, expected an object")
         rows.append(row)
     return rows
+
+
+def iter_objects(path: str | Path, bad: list[int], required: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    """The JSON objects of an append-only results file, in order; a line a crash cut short, a non-object, or an
+    object missing one of ``required`` (or holding None there) is skipped and counted in ``bad[0]`` (the file is
+    kept as written: a resumed run appends after it)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                bad[0] += 1
+                continue
+            if not isinstance(rec, dict) or any(rec.get(key) is None for key in required):
+                bad[0] += 1
+                continue
+            yield rec

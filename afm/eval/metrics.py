@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from afm.common.table_io import iter_objects
 from afm.eval.select import Selection, select_majority
 
 RESULTS = "results.jsonl"
@@ -71,29 +72,18 @@ def load_results(run_dir: str | os.PathLike) -> RunResults:
     path = _results_path(run_dir)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no results file (expected {RESULTS} in the run folder)")
-    records, seen, bad, dup = [], set(), 0, 0
+    records, seen, bad, dup = [], set(), [0], 0
     failed: dict[str, dict[str, Any]] = {}  # key -> latest failed record
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if not isinstance(rec, dict) or rec.get("benchmark") is None or rec.get("qid") is None:
-                bad += 1
-                continue
-            key = rec.get("key") or f"{rec['benchmark']}/{rec['qid']}#{rec.get('sample', 0)}"
-            if rec.get("status") == "failed":
-                failed[key] = rec
-                continue
-            if key in seen:
-                dup += 1
-                continue
-            seen.add(key)
-            records.append(rec)
+    for rec in iter_objects(path, bad, ("benchmark", "qid")):
+        key = rec.get("key") or f"{rec['benchmark']}/{rec['qid']}#{rec.get('sample', 0)}"
+        if rec.get("status") == "failed":
+            failed[key] = rec
+            continue
+        if key in seen:
+            dup += 1
+            continue
+        seen.add(key)
+        records.append(rec)
     config: dict[str, Any] = {}
     cfg_path = path.parent / CONFIG
     if cfg_path.is_file():
@@ -101,7 +91,7 @@ def load_results(run_dir: str | os.PathLike) -> RunResults:
             config = json.loads(cfg_path.read_text(encoding="utf-8"))
         except ValueError:
             config = {"error": f"{cfg_path}: not valid JSON"}
-    return RunResults(records, bad, dup, config, path, [r for k, r in failed.items() if k not in seen])
+    return RunResults(records, bad[0], dup, config, path, [r for k, r in failed.items() if k not in seen])
 
 
 # -- estimators ------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from afm.common.table_io import iter_objects
 from afm.eval.metrics import CONFIG, RESULTS, RunResults, summarize_records
 from afm.eval.report import fmt_est
 from afm.view.records import reward_of, trajectory_detail
@@ -90,33 +91,22 @@ def load_eval(path: Path, label: str) -> Source:
             config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
         except ValueError:
             config = {}
-    state: dict[str, Any] = {"ok": {}, "failed": {}, "bad": 0, "keep": KeepFirstSuccess()}
+    state: dict[str, Any] = {"ok": {}, "failed": {}, "bad": [0], "keep": KeepFirstSuccess()}
 
     def samples() -> Iterator[Sample]:
-        with open(results, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    state["bad"] += 1
-                    continue
-                if not isinstance(rec, dict) or rec.get("benchmark") is None or rec.get("qid") is None:
-                    state["bad"] += 1
-                    continue
-                sample = eval_sample(rec)
-                failed = rec.get("status") == "failed"
-                if state["keep"].offer(sample.key, not failed) == "skip":
-                    continue
-                slim = {k: v for k, v in rec.items() if k != "trajectory"}
-                state["failed" if failed else "ok"][sample.key] = slim
-                if not failed:
-                    state["failed"].pop(sample.key, None)
-                yield sample
+        for rec in iter_objects(results, state["bad"], ("benchmark", "qid")):
+            sample = eval_sample(rec)
+            failed = rec.get("status") == "failed"
+            if state["keep"].offer(sample.key, not failed) == "skip":
+                continue
+            slim = {k: v for k, v in rec.items() if k != "trajectory"}
+            state["failed" if failed else "ok"][sample.key] = slim
+            if not failed:
+                state["failed"].pop(sample.key, None)
+            yield sample
 
     def overview(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        run = RunResults(list(state["ok"].values()), state["bad"], state["keep"].duplicates, config, results,
+        run = RunResults(list(state["ok"].values()), state["bad"][0], state["keep"].duplicates, config, results,
                          list(state["failed"].values()))
         return eval_overview(summarize_records(run), config)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from afm.common.table_io import iter_objects
 from afm.view.records import trajectory_detail
 from afm.view.samples import KeepFirstSuccess, Sample, Source, failure_kind, short
 
@@ -52,21 +53,10 @@ def load_infer(path: Path, label: str, tokenizer: str | None = None) -> Source:
     bad = [0]
 
     def samples() -> Iterator[Sample]:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    bad[0] += 1
-                    continue
-                if not isinstance(rec, dict) or "segments" not in rec:
-                    bad[0] += 1
-                    continue
-                sample = infer_sample(rec)
-                if keep.offer(sample.key, sample.row["st"] != "failed") != "skip":
-                    yield sample
+        for rec in iter_objects(path, bad, ("segments",)):
+            sample = infer_sample(rec)
+            if keep.offer(sample.key, sample.row["st"] != "failed") != "skip":
+                yield sample
 
     def overview(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         tools: Counter[str] = Counter()

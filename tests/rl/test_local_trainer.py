@@ -18,13 +18,12 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from resumed_run import killed_then_resumed
 
 from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 from afm.rl.local.hf_engine import weights_checksum
@@ -52,11 +51,6 @@ def _stop_ray() -> None:
     stop_ray_in(RAY_TMP, remove=False)
 
 
-def _launch(work: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(["bash", str(SCRIPT), "--local"], cwd=REPO, env=_env(work), stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def _steps(log: Path) -> list[dict[str, str]]:
     out = []
     for line in log.read_text(errors="replace").splitlines():
@@ -76,33 +70,9 @@ def run(tmp_path_factory):
     from afm.rl.local.toy import write_parquet
 
     write_parquet(work / "toy" / "toy_train.parquet", counts={"RIGHT": 2, "WRONG": 4, "MIX": 6})
-    _stop_ray()
-    # 1. the first run: killed (the whole process group, Ray included) once step 1's checkpoint is complete
-    log1 = work / "run1.log"
-    proc = _launch(work, log1)
-    marker = work / "ckpt" / "latest_checkpointed_iteration.txt"
-    deadline = time.monotonic() + 600
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if marker.exists() and marker.read_text().strip() == "1":
-                break
-            time.sleep(0.5)
-        assert marker.exists(), f"no checkpoint after step 1:\n{log1.read_text(errors='replace')[-4000:]}"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        _stop_ray()
-    # 2. the same command again: resume_mode=auto continues from global_step_1
-    log2 = work / "run2.log"
-    proc = _launch(work, log2)
-    try:
-        rc = proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        _stop_ray()
-    assert rc == 0, log2.read_text(errors="replace")[-4000:]
+    # the first run is killed (the whole process group, Ray included) once step 1's checkpoint is complete; the same
+    # command again continues from global_step_1 (resume_mode=auto)
+    log1, log2 = killed_then_resumed(_env(work), work, _stop_ray)
     return work, log1, log2
 
 

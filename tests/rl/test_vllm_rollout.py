@@ -17,17 +17,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from resumed_run import killed_then_resumed
 
 from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "experiments" / "train_dapo_code_agent.sh"
 NO_VLLM = importlib.util.find_spec("vllm") is None
 pytestmark = pytest.mark.skipif(NO_VLLM, reason="vLLM is not installed in this environment: AFM_RL_ENGINES=vllm "
                                                 "bash scripts/test.sh (vLLM's CPU build beside verl)")
@@ -60,32 +58,7 @@ def run(tmp_path_factory):
     from afm.rl.local.toy import write_parquet
 
     write_parquet(work / "toy" / "toy_train.parquet", counts={"RIGHT": 2, "WRONG": 4, "MIX": 6})
-    stop_ray_in(RAY_TMP, remove=False)
-    log1, log2 = work / "run1.log", work / "run2.log"
-    proc = subprocess.Popen(["bash", str(SCRIPT), "--local"], cwd=REPO, env=_env(work), stdout=log1.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    marker = work / "ckpt" / "latest_checkpointed_iteration.txt"
-    deadline = time.monotonic() + 900
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if marker.exists() and marker.read_text().strip() == "1":
-                break
-            time.sleep(0.5)
-        assert marker.exists(), f"no checkpoint after step 1:\n{log1.read_text(errors='replace')[-5000:]}"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        stop_ray_in(RAY_TMP, remove=False)
-    proc = subprocess.Popen(["bash", str(SCRIPT), "--local"], cwd=REPO, env=_env(work), stdout=log2.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        rc = proc.wait(timeout=900)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        stop_ray_in(RAY_TMP, remove=False)
-    assert rc == 0, log2.read_text(errors="replace")[-5000:]
+    log1, log2 = killed_then_resumed(_env(work), work, lambda: stop_ray_in(RAY_TMP, remove=False), timeout=900)
     return work, log1, log2
 
 
