@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from afm.agent import SamplingParams, TokenizerAdapter  # noqa: E402
 from afm.common.procs import free_port  # noqa: E402
+from benchmarks.bench_gemma_real import stop_pid  # noqa: E402
 
 
 def serve(engine: str, model: Path, gguf: Path | None, args: argparse.Namespace, work: Path) -> tuple[int, str]:
@@ -55,21 +55,6 @@ def serve(engine: str, model: Path, gguf: Path | None, args: argparse.Namespace,
         raise RuntimeError(f"{engine} did not start: {proc.stderr[-2000:]}")
     print(f"{engine}: ready in {time.monotonic() - t0:.1f} s", flush=True)
     return int(re.search(r"pid (\d+)", proc.stdout).group(1)), f"http://127.0.0.1:{port}/v1"
-
-
-def stop(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)
 
 
 async def measure(backend: Any, prompts: list[list[int]], sampling: SamplingParams, concurrency: int) -> dict[str, Any]:
@@ -112,14 +97,20 @@ def run_engine(engine: str, model: Path, gguf: Path | None, args: argparse.Names
 
         pid, base = serve(engine, model, gguf, args, work)
         backend = OpenAIBackend(base, f"bench-{engine}", tok, concurrency=args.concurrency, retries=1)
+    async def runs() -> list[dict[str, Any]]:
+        # one event loop for the whole engine: the HTTP client's connections belong to the loop that opened them
+        try:
+            await measure(backend, prompts[:2], sampling, 1)  # warm-up
+            return [await measure(backend, prompts, sampling, c) for c in (1, args.concurrency)]
+        finally:
+            if hasattr(backend, "aclose"):
+                await backend.aclose()
+
     try:
-        asyncio.run(measure(backend, prompts[:2], sampling, 1))  # warm-up
-        out = [asyncio.run(measure(backend, prompts, sampling, c)) for c in (1, args.concurrency)]
+        out = asyncio.run(runs())
     finally:
-        if hasattr(backend, "aclose"):
-            asyncio.run(backend.aclose())
         if pid is not None:
-            stop(pid)
+            stop_pid(pid)
     for row in out:
         print(f"{engine:9s} c={row['concurrency']:<3d} {row['tok_per_s']:8.1f} tok/s  p50 {row['p50_s']:7.3f} s  "
               f"{row['tokens']} tokens in {row['wall_s']} s  ids {','.join(row['ids'])}", flush=True)
