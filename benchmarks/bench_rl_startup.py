@@ -1,0 +1,108 @@
+"""The fixed cost of a ``--local`` DAPO launch: seconds from the launch to verl's "ready to fit" and to the end of
+step 1, with and without Ray's worker preload.
+
+verl starts its actors one after another (the task runner, the FSDP worker group, the rollout server, the agent-loop
+and reward workers), and each new Ray worker process imports verl (torch, torch._dynamo through tensordict,
+transformers: ~6.6 s of one core here) before it takes its actor. Ray can import modules in a worker *before* it
+accepts work (the raylet's ``preload_python_modules``, set as ``RAY_preload_python_modules``), and prestarts one
+worker per CPU when the driver connects: with the preload those prestarted workers import verl while the driver is
+still starting, and an actor that lands on one finds verl imported. Actors with their own ``runtime_env`` (verl's
+worker groups set per-rank env vars) get a fresh worker, which preloads before taking the actor: no gain, no loss.
+
+Each round runs ``experiments/train_dapo_code_agent.sh --local`` for one step (the toy policy, hf rollout), once
+per variant, A-B-B-A, after one uncounted warm-up run; the log is watched as it grows, so each marker is timed from the launch:
+
+* ``ready``: verl's "all initialize finished, ready to fit" (every worker group built, checkpoint engine ready);
+* ``step1``: the first step's metrics line;
+* ``wall``: the launch until the script exits.
+
+    .venv-rl/bin/python benchmarks/bench_rl_startup.py [--rounds 2] [--modules verl.protocol,transformers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+SCRIPT = REPO / "experiments" / "train_dapo_code_agent.sh"
+MARKERS = {"ready": "ready to fit", "step1": "step:1 - "}
+
+
+def launch(variant: str, modules: str, work: Path) -> dict[str, float]:
+    """One 1-step ``--local`` run; seconds from the launch to each marker and to the exit."""
+    from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "VERL_PLATFORM", "RAY_preload_python_modules")}
+    env.update(AFM_LOCAL_DIR=str(REPO / "benchmarks" / "out" / "rl_startup_toy"), CKPT_DIR=str(work / "ckpt"),
+               AFM_RL_TRACE_DIR=str(work / "trace"), TOTAL_TRAINING_STEPS="1", SAVE_FREQ="-1",
+               SAVE_HF_MODEL="false", PYTHON=sys.executable, RESUME_MODE="disable", FILTER_GROUPS="false")
+    if variant == "preload":
+        env["RAY_preload_python_modules"] = modules
+    ray_tmp = private_ray_tmpdir()
+    env["RAY_TMPDIR"] = str(ray_tmp)
+    log = work / "train.log"
+    seen: dict[str, float] = {}
+    t0 = time.monotonic()
+    with log.open("w") as f:
+        proc = subprocess.Popen(["bash", str(SCRIPT), "--local"], cwd=REPO, env=env, stdout=f,
+                                stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            text = log.read_text(errors="replace")
+            for name, marker in MARKERS.items():
+                if name not in seen and marker in text:
+                    seen[name] = time.monotonic() - t0
+            time.sleep(0.1)
+    wall = time.monotonic() - t0
+    stop_ray_in(ray_tmp)
+    if proc.returncode != 0:
+        raise SystemExit(f"{variant}: the run failed (rc {proc.returncode}); see {log}")
+    text = log.read_text(errors="replace")
+    for name, marker in MARKERS.items():  # a marker written in the last poll interval
+        if name not in seen and marker in text:
+            seen[name] = wall
+    return {**seen, "wall": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2, help="A-B-B-A rounds (each: two runs per variant)")
+    ap.add_argument("--modules", default="verl.protocol,transformers",
+                    help="RAY_preload_python_modules of the preload variant")
+    ap.add_argument("--json", default=str(REPO / "benchmarks/out/rl_startup.json"))
+    args = ap.parse_args()
+    work = REPO / "benchmarks" / "out" / "rl_startup"
+    print(f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}; preload: {args.modules}", flush=True)
+    # a first run not counted: it builds the toy task and policy, and fills the page cache
+    row = launch("baseline", args.modules, work / "warm-up")
+    print("warm-up   " + "  ".join(f"{k} {v:6.1f} s" for k, v in row.items()), flush=True)
+    runs: dict[str, list[dict[str, float]]] = {"baseline": [], "preload": []}
+    order = ["baseline", "preload", "preload", "baseline"] * args.rounds
+    for i, variant in enumerate(order):
+        row = launch(variant, args.modules, work / f"{i}-{variant}")
+        runs[variant].append(row)
+        print(f"{variant:9s} " + "  ".join(f"{k} {v:6.1f} s" for k, v in row.items())
+              + f"  (load {os.getloadavg()[0]:.1f})", flush=True)
+    print("medians:")
+    med = {v: {k: statistics.median(r[k] for r in rows if k in r) for k in (*MARKERS, "wall")}
+           for v, rows in runs.items()}
+    for k in (*MARKERS, "wall"):
+        print(f"  {k:6s} baseline {med['baseline'][k]:6.1f} s  preload {med['preload'][k]:6.1f} s  "
+              f"ratio {med['preload'][k] / med['baseline'][k]:.2f}x")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"runs": runs, "medians": med}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
