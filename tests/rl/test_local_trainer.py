@@ -100,7 +100,7 @@ def test_observations_are_masked_exactly(run):
     tok = AutoTokenizer.from_pretrained(work / "toy" / "toy_policy")
     records = _traces(work, "afm_agent")
     assert len(records) >= 2 * 4 * 4  # two steps of 4 prompts x 4 rollouts at least
-    with_tools = 0
+    ran: dict[int, list[bool]] = {}  # step -> whether each rollout ran a program in the sandbox
     for r in records:
         ids, mask = r["response_ids"], r["response_mask"]
         assert len(ids) == len(mask) and set(mask) <= {0, 1}
@@ -116,9 +116,12 @@ def test_observations_are_masked_exactly(run):
         for obs in spans:
             inner = obs.removeprefix(OBS_OPEN).removesuffix(OBS_CLOSE)
             assert obs == format_observation(inner) and obs != inner
-        if any("Code exited with status" in o for o in spans):  # a program ran in the sandbox
-            with_tools += 1
-    assert with_tools >= len(records) // 2
+        ran.setdefault(r["global_steps"], []).append(any("Code exited with status" in o for o in spans))
+    # The toy policy as built calls the tool in ~80% of its first step's rollouts (32 of 40 measured); one update at
+    # LR 1e-3 and temperature 1.0 may leave it calling in half or fewer (22 of 42, and 46 of 98 over both steps in
+    # CI), so the bar is on the first step, where it tests the masking rather than the policy's drift.
+    first = ran[min(ran)]
+    assert sum(first) >= len(first) // 2, {step: (sum(v), len(v)) for step, v in ran.items()}
 
 
 def test_rewards_are_compute_scores_and_groups_are_filtered(run):
