@@ -8,6 +8,7 @@ import ast
 import io
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -349,3 +350,16 @@ def test_the_rl_docs_tables_are_generated_from_the_settings():
         assert block == expected, "docs/rl_knobs.md is out of date: AFM_RECORD=1 pytest tests/test_launch_settings.py"
     if os.environ.get("AFM_RECORD") == "1":
         doc.write_text(text, encoding="utf-8")
+
+
+def test_the_rl_launch_finds_its_packages_without_importing_them(tmp_path):
+    """The launch checks that verl and afm (and vLLM) are there before starting verl, in milliseconds: importing verl
+    to check cost ~5 s of a core at every launch (RESULTS.md, 2026-11-29). A package that is there but fails to import
+    is verl's driver's to report, with its traceback."""
+    from afm.rl.knobs import missing_modules
+
+    (tmp_path / "afm_broken_pkg").mkdir()
+    (tmp_path / "afm_broken_pkg" / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    assert missing_modules(sys.executable, ["json", "afm_broken_pkg", "afm_no_such_pkg"], env) == ["afm_no_such_pkg"]
+    assert missing_modules(str(tmp_path / "no-python"), ["json", "afm"], env) == ["json", "afm"]

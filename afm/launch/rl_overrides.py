@@ -191,7 +191,19 @@ def device_overrides(s: RlSettings) -> list[str]:
         if int(s.nnodes) == 1:
             gpus = int(s.gpus_per_node)
             out += [f"++ray_kwargs.ray_init.num_gpus={gpus}", f"++ray_kwargs.ray_init.num_cpus={4 + 2 * gpus}"]
-    return out
+    return out + dashboard_overrides(s)
+
+
+def dashboard_overrides(s: RlSettings) -> list[str]:
+    """RAY_DASHBOARD on one node, where verl's ray.init starts Ray: the dashboard is a head process, five sub-heads and
+    an agent importing their modules while the driver and the first workers start. Nothing afm or verl runs reads it;
+    on 2 cores a --local launch reached verl's "ready to fit" in 40 s without it and 50 s with it (0.81x,
+    benchmarks/bench_rl_startup.py, RESULTS.md 2026-11-29), so ``auto`` turns it off on the CPU. On more nodes Ray is
+    the cluster ray_cluster.sh started, with its own dashboard setting."""
+    if int(s.nnodes) != 1:
+        return []
+    on = {"auto": "False" if s.device == "cpu" else None, "true": "True", "false": "False"}[s.ray_dashboard.lower()]
+    return [] if on is None else [f"++ray_kwargs.ray_init.include_dashboard={on}"]
 
 
 def checkpoint_overrides(s: RlSettings) -> list[str]:

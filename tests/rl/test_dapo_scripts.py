@@ -577,6 +577,20 @@ def test_local_profile_and_hf_engine_compose():
     assert gpu.actor_rollout_ref.model.use_remove_padding is True  # nothing CPU-specific on a GPU
 
 
+def test_ray_dashboard_is_off_on_the_cpu_unless_asked_for(tmp_path):
+    """RAY_DASHBOARD=auto: no dashboard where verl's ray.init starts Ray on the CPU (~10 s of every --local launch on
+    2 cores), Ray's default on a GPU node; true/false say so; on more nodes the cluster's own setting stands."""
+    key = "++ray_kwargs.ray_init.include_dashboard="
+    local = dry_run_overrides("code", "--local", AFM_LOCAL_DIR=str(tmp_path))
+    assert f"{key}False" in local
+    assert f"{key}True" in dry_run_overrides("code", "--local", AFM_LOCAL_DIR=str(tmp_path), RAY_DASHBOARD="true")
+    assert not any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8"))
+    assert f"{key}False" in dry_run_overrides("web", GPUS_PER_NODE="8", RAY_DASHBOARD="false")
+    res = run_script("code", "--dry-run", "--local", AFM_LOCAL_DIR=str(tmp_path), RAY_DASHBOARD="maybe")
+    assert res.returncode != 0 and "RAY_DASHBOARD" in res.stderr + res.stdout
+    assert composed("code", "--local", AFM_LOCAL_DIR=str(tmp_path)).ray_kwargs.ray_init.include_dashboard is False
+
+
 def test_local_lr_is_for_the_toy_policy_only(tmp_path):
     """--local's 1e-4 suits the toy policy trained from scratch; a pretrained MODEL_PATH gets the original recipe's
     ACTOR_LR 1e-6 (Gemma 3 270M at 1e-4: entropy 3.09 -> 0.90, responses 107 -> 38 tokens in 2 steps); LR wins."""
