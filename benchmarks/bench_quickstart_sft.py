@@ -5,7 +5,8 @@ Takes a finished ``afm quickstart`` run's SFT set and untrained student, and run
 process). ``--compare checkpointing``: A with ``disable_gradient_checkpointing: false`` (LLaMA-Factory's default), B
 with ``true`` (what the quickstart sets). ``--compare sorting``: A runs each 16-row step as one batch, B as two
 length-sorted micro-batches of 8 (what the quickstart sets, ``sort_micro_batches``); both draw their steps with the
-same sampler, so they train the same rows step by step. Prints each run's steps/s over the steps after ``--warmup``
+same sampler, so they train the same rows step by step. ``--compare ranks``: A is one process on both cores, B two
+torchrun ranks of one thread each (gloo), the same steps split between them. Prints each run's steps/s over the steps after ``--warmup``
 (from ``trainer_log.jsonl``), the medians, the ratio, and whether A's and B's losses agree step by step (neither
 change may change the numbers).
 
@@ -29,6 +30,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
+ENV = "env"  # a variant's environment variables (not a yaml key)
 # each comparison's A and B: the yaml keys that differ from the quickstart's own config
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "checkpointing": {"checkpointing": {"disable_gradient_checkpointing": False},
@@ -37,6 +39,13 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
                               "sort_micro_batches": True},
                 "2 sorted x 8": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
                                  "sort_micro_batches": True}},
+    # one process on both cores (torch's two intra-op threads) against two torchrun ranks of one thread each (gloo
+    # all-reduce of the gradient): the same 16-row steps, each rank two sorted micro-batches of 4
+    "ranks": {"1 process": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
+                            "sort_micro_batches": True},
+              "2 ranks": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+                          "sort_micro_batches": True,
+                          ENV: {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1"}}},
 }
 
 
@@ -48,10 +57,18 @@ def run_once(work: Path, out: Path, steps: int, overrides: dict[str, Any]) -> li
     profile = Profile(**{k: v for k, v in json.loads((work / "profile.json").read_text()).items()
                          if k in Profile.__dataclass_fields__})
     cfg = sft_config(work / "student", work / "distill" / "sft_data", out, profile.sft_schedule())
+    overrides = dict(overrides)
+    extra_env = overrides.pop(ENV, {})
     cfg.update(max_steps=steps, logging_steps=1, plot_loss=False, **overrides)
     path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **extra_env)
+    if extra_env.get("FORCE_TORCHRUN"):
+        from afm.common.procs import free_port
+
+        env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port())
+        # LLaMA-Factory starts ``torchrun`` by name: this interpreter's (an unactivated venv's) first
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     with (out.parent / f"{out.name}.log").open("w") as log:
         subprocess.run([sys.executable, "-m", "afm.sft.cli", "train", str(path)], cwd=REPO, env=env, stdout=log,
                        stderr=subprocess.STDOUT, check=True)

@@ -15,6 +15,8 @@
 # When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done): most of
 # either suite is one process waiting on a subprocess, Ray or a server, so on 2 cores the two overlap well
 # (CI: 2437 s one after the other). Each keeps its own Ray cluster (afm.common.ray_scope), ports and temp dirs.
+# A whole-suite run also moves the recipe's test (the default quickstart, ~10 min) from the end of the first suite,
+# where it ran alone, to after the verl suite, beside the rest of the first (in .venv, as before).
 set -euo pipefail
 # --help prints this text and installs nothing (pytest's own help: .venv/bin/python -m pytest --help).
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -48,25 +50,43 @@ if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "non
   AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" \
     AFM_ENGINES="${AFM_RL_ENGINES:-}" bash scripts/install.sh
 fi
+if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
 run_rl_suite() { "$AFM_RL_VENV/bin/python" -m pytest "${flags[@]}" "${rl_paths[@]:-tests/rl}"; }
-rl_pid="" rl_log=""
+RECIPE_TEST="tests/test_cli.py::test_quickstart_runs_the_recipe_in_miniature"
+main_deselect=()
+# the verl suite, then the recipe's test; both run (a failure of one does not skip the other), the worse status wins.
+# Exit 5 (-k or -m deselected the recipe's test: nothing ran) is not a failure.
+run_rl_then_recipe() {
+  local rc=0 recipe_rc=0
+  run_rl_suite || rc=$?
+  echo "[test] $RECIPE_TEST (.venv), after tests/rl:"
+  "$PY" -m pytest "${flags[@]}" "$RECIPE_TEST" || recipe_rc=$?
+  (( recipe_rc == 5 )) && recipe_rc=0
+  (( rc != 0 )) && return "$rc"
+  return "$recipe_rc"
+}
+rl_pid="" rl_log="" rl_label="tests/rl ($AFM_RL_VENV)"
 if (( run_main && run_rl )) && [[ "${AFM_TEST_JOBS:-2}" != "1" ]]; then
   rl_log="$(mktemp "${TMPDIR:-/tmp}/afm-test-rl.XXXXXX.log")"
   echo "[test] tests/rl runs beside the main suite ($AFM_RL_VENV); its output: $rl_log (printed at the end)"
-  run_rl_suite >"$rl_log" 2>&1 &
+  if (( ${#main_paths[@]} + ${#rl_paths[@]} == 0 )); then
+    main_deselect=(--deselect "$RECIPE_TEST") rl_label="tests/rl ($AFM_RL_VENV) and the recipe's test"
+    run_rl_then_recipe >"$rl_log" 2>&1 &
+  else
+    run_rl_suite >"$rl_log" 2>&1 &
+  fi
   rl_pid=$!
   # an interrupted run stops the background suite too
   trap '[[ -n "$rl_pid" ]] && kill -- "$rl_pid" 2>/dev/null; exit 130' INT TERM
 fi
 if (( run_main )); then
-  if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
-  "$PY" -m pytest --ignore=tests/rl "${flags[@]}" "${main_paths[@]}" || status=$?
+  "$PY" -m pytest --ignore=tests/rl "${main_deselect[@]}" "${flags[@]}" "${main_paths[@]}" || status=$?
 fi
 if [[ -n "$rl_pid" ]]; then
   rl_status=0
   wait "$rl_pid" || rl_status=$?
   rl_pid=""
-  echo "[test] tests/rl ($AFM_RL_VENV), exit code $rl_status:"
+  echo "[test] $rl_label, exit code $rl_status:"
   cat "$rl_log" && rm -f "$rl_log"
   (( rl_status == 0 )) || status=$rl_status
 elif (( run_rl )); then

@@ -45,7 +45,8 @@ def test_llamafactory_version_range():
 @pytest.mark.slow
 # The default run, 640-700 s alone on 2 cores (RESULTS.md 2026-11-27, ninth session); the miniature of the plain world
 # it replaces took 380-470 s alone and 1053 s beside tests/rl and other jobs: 2400 s leaves 3x the slowest finished
-# run. ``last``: it runs after the rest of the suite, when tests/rl (about as long as the rest) is done
+# run. ``last``: in a plain pytest run it runs after the rest; a whole scripts/test.sh run starts it once tests/rl is
+# done, beside the rest of this suite (where it had run alone for ~10 minutes at the end)
 @pytest.mark.last
 @pytest.mark.timeout(2400)
 def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
