@@ -144,7 +144,8 @@ class RlSettings:
                              "different", check=Check(is_posint, "a positive number of seconds"))
     ray_dashboard: str = knob("RAY_DASHBOARD", "auto", "(NNODES=1) Ray's dashboard: true | false | auto (off with\n"
                               "DEVICE=cpu, where its processes cost ~10 s of every launch on 2 cores;\n"
-                              "Ray's default on GPU nodes); NNODES > 1: ray_cluster.sh's node", check=one_of(("auto", "true", "false")))
+                              "Ray's default on GPU nodes); NNODES > 1: ray_cluster.sh's node",
+                              check=one_of(("auto", "true", "false")))
     rollout_engine: str = knob("ROLLOUT_ENGINE", "vllm", "vllm | sglang (verl's async server; install the engine in\n"
                                "the env) | hf (afm's transformers server, no vLLM needed: one GPU, or the\nCPU; "
                                "experiments/local.sh)", check=one_of(ENGINES))

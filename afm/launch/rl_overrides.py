@@ -202,7 +202,7 @@ def dashboard_overrides(s: RlSettings) -> list[str]:
     the cluster ray_cluster.sh started, with its own dashboard setting."""
     if int(s.nnodes) != 1:
         return []
-    on = {"auto": "False" if s.device == "cpu" else None, "true": "True", "false": "False"}[s.ray_dashboard.lower()]
+    on = {"auto": "False" if s.device == "cpu" else None, "true": "True", "false": "False"}[s.ray_dashboard]
     return [] if on is None else [f"++ray_kwargs.ray_init.include_dashboard={on}"]
 
 
