@@ -95,10 +95,12 @@ def _num(x: float) -> str:
 
 def _quickstart_parser(sub: Any) -> None:
     """``afm quickstart``'s flags; the defaults in their help come from the quickstart's profile."""
+    from afm.model.catalog import MODELS
     from afm.quickstart.profile import (
         DEFAULT,
         FULL,
         PLAIN_SETTINGS,
+        PRETRAINED_SETTINGS,
         RL_KNOBS,
         STUDENT_HEADS,
     )
@@ -139,8 +141,28 @@ def _quickstart_parser(sub: Any) -> None:
                         f"SFT {PLAIN_SETTINGS['sft_epochs']:g} epochs at {_num(PLAIN_SETTINGS['sft_lr'])}, "
                         f"{PLAIN_SETTINGS['rl_steps']} DAPO steps at {_num(PLAIN_SETTINGS['rl_lr'])}, temperature "
                         f"{PLAIN_SETTINGS['rl_temperature']:g}")
+    q.add_argument("--model", default=None, metavar="NAME|DIR",
+                   help="a pretrained student instead of the tiny one: a name `afm model prepare` knows "
+                        f"({', '.join(sorted(MODELS))}) or a Hugging Face folder; it keeps its tokenizer and chat "
+                        f"template and takes the pretrained settings ({PRETRAINED_SETTINGS['train_per_family']} train "
+                        f"questions a family, SFT {PRETRAINED_SETTINGS['sft_finetuning']} for "
+                        f"{PRETRAINED_SETTINGS['sft_epochs']:g} epochs at {_num(PRETRAINED_SETTINGS['sft_lr'])}; "
+                        "flags override them)")
     q.add_argument("--no-rl", action="store_true", help="stop after SFT (no verl environment needed)")
     q.add_argument("--seed", type=int, default=0)
+
+
+def _quickstart_profile(make: Any, args: argparse.Namespace) -> Any:
+    """The quickstart's profile from its flags (``make``: :func:`afm.quickstart.profile.profile_from_args`)."""
+    return make(args.full, train_per_family=args.train_per_family,
+                heldout_per_family=args.heldout_per_family, sft_epochs=args.sft_epochs,
+                sft_batch_size=args.sft_batch_size, sft_lr=args.sft_lr,
+                student_layers=args.student_layers, student_kv_heads=args.student_kv_heads,
+                student_width=args.student_width,
+                rl_steps=args.rl_steps, rl_per_family=args.rl_per_family,
+                rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_mini_batch=args.rl_mini_batch,
+                rl_temperature=args.rl_temperature, teacher_shortcut=args.teacher_shortcut,
+                student=args.model)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,14 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         from afm.quickstart.profile import profile_from_args
         from afm.quickstart.run import run
 
-        profile = profile_from_args(args.full, train_per_family=args.train_per_family,
-                                    heldout_per_family=args.heldout_per_family, sft_epochs=args.sft_epochs,
-                                    sft_batch_size=args.sft_batch_size, sft_lr=args.sft_lr,
-                                    student_layers=args.student_layers, student_kv_heads=args.student_kv_heads,
-                                    student_width=args.student_width,
-                                    rl_steps=args.rl_steps, rl_per_family=args.rl_per_family,
-                                    rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_mini_batch=args.rl_mini_batch,
-                                    rl_temperature=args.rl_temperature, teacher_shortcut=args.teacher_shortcut)
+        try:
+            profile = _quickstart_profile(profile_from_args, args)
+        except ValueError as exc:
+            parser.error(str(exc))
         # a SIGTERM (kill, timeout, a job scheduler) unwinds like Ctrl-C: the demo servers, each in a session of its
         # own and so out of reach of a process-group kill, are stopped instead of keeping their ports
         exit_signals.install(signal.SIGTERM)

@@ -194,9 +194,10 @@ def test_mask_report_on_gemma_checked_token_by_token(gemma, gemma_tok, demo_data
     assert report.tokens_masked > 0 and report.drops == {"unclosed_observation": 2}
 
 
-def _tiny_gemma3_gguf(path: Path) -> dict[str, Any]:
+def _tiny_gemma3_gguf(path: Path, extra_pieces: tuple[str, ...] = ()) -> dict[str, Any]:
     """A 2-layer gemma3 GGUF written with llama.cpp's gguf package: float32 norms (stored as 1 + w, as llama.cpp
-    does) and Q8_0 matrices; returns its dequantised tensors."""
+    does) and Q8_0 matrices; returns its dequantised tensors. ``extra_pieces``: more vocabulary pieces (transformers'
+    stop-string matcher, used by generate, needs ``abcdef`` spelled without byte tokens)."""
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFWriter
     from gguf.quants import dequantize, quantize
@@ -212,7 +213,7 @@ def _tiny_gemma3_gguf(path: Path) -> dict[str, Any]:
     types = [3, 3, 3, 2, 3, 3, 3, 4]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [6] * 256
-    pieces = ["▁", "a", "b", "c", "ab", "▁a", "▁ab", "abc"]
+    pieces = ["▁", "a", "b", "c", "ab", "▁a", "▁ab", "abc", *extra_pieces]
     tokens += pieces
     types += [1] * len(pieces)
     tokens += [f"<unused{i}>" for i in range(320 - len(tokens))]  # a vocabulary of 320 (a multiple of 32)

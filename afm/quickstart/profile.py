@@ -43,11 +43,16 @@ class SftSchedule:
     # lookup row, so one batch pads to ~500; two sorted micro-batches of 8 cut the padded tokens 13% and the SFT
     # step time 1.35x (benchmarks/bench_quickstart_sft.py --compare sorting, RESULTS.md 2026-11-27 tenth session)
     micro_batches: int = 2
+    # "full": every weight; "freeze": every decoder layer, the (tied) embedding frozen (LLaMA-Factory's freeze
+    # fine-tuning over all layers): for a pretrained student whose 262k-entry embedding is most of its weights
+    finetuning_type: str = "full"
 
     def __post_init__(self) -> None:
         if self.micro_batches < 1 or self.batch_size % self.micro_batches:
             raise ValueError(f"the SFT batch of {self.batch_size} rows does not split into {self.micro_batches} "
                              "equal micro-batches")
+        if self.finetuning_type not in ("full", "freeze"):
+            raise ValueError(f"finetuning_type {self.finetuning_type!r}: 'full' or 'freeze'")
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,12 @@ class Profile:
     # the habit, the RL set is the lookup questions and DAPO removes it (RESULTS.md, 2026-11-27); --no-teacher-shortcut
     # is the plain world, where every family reaches ~100% after SFT and RL has nothing to fix
     teacher_shortcut: bool = True
+    # a pretrained student instead of the tiny Qwen2 built for the world: a name ``afm model prepare`` knows
+    # (gemma3-270m) or a Hugging Face folder; "" = the tiny one (afm.quickstart.student)
+    student: str = ""
+    sft_finetuning: str = "full"  # SftSchedule.finetuning_type
+    sft_cutoff_len: int = 768  # tokens of a training row (a pretrained student's vocabulary: PRETRAINED_SETTINGS)
+    sft_micro_batches: int = 2
 
     def student_size(self) -> ModelSize:
         """The tiny student's shape: Qwen2 with this profile's layers, width and key/value heads."""
@@ -96,7 +107,9 @@ class Profile:
 
     def sft_schedule(self) -> SftSchedule:
         """The masked SFT run's schedule (epochs, batch size, learning rate)."""
-        return SftSchedule(epochs=self.sft_epochs, batch_size=self.sft_batch_size, learning_rate=self.sft_lr)
+        return SftSchedule(epochs=self.sft_epochs, batch_size=self.sft_batch_size, learning_rate=self.sft_lr,
+                           cutoff_len=self.sft_cutoff_len, micro_batches=self.sft_micro_batches,
+                           finetuning_type=self.sft_finetuning)
 
 
 DEFAULT = Profile()
@@ -124,6 +137,36 @@ FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, r
                **{**PLAIN_SETTINGS, "sft_epochs": 3.0, "rl_steps": 30})
 
 
+# A pretrained student (``--model``, afm.quickstart.student): the world's settings for it, measured on Gemma 3 270M
+# (RESULTS.md, 2026-11-29 fourteenth session). SFT trains every decoder layer with the tied 262k x 640 embedding
+# (168M of its 268M weights) frozen: the same losses step by step as a full fine-tune over the first steps (2.11,
+# 1.65, 0.96, 0.63 vs 2.11, 1.64, 0.94, 0.61) at 1.33x the steps per second and 37% of the trainable weights (their
+# gradients and Adam state). Its rows are up to ~560 Gemma tokens, so the cutoff is 1024.
+# RL: the SFT'd Gemma reads the census page on every held-out lookup question (greedy: 40%, the towns whose census
+# is current) and, at temperature 0.7, on all 4 samples of 7 of the 8 RL questions (all right: their census was
+# current) and of the eighth (all wrong): no group DAPO could learn from. So 32 RL questions (about half with a stale
+# census) sampled at temperature 1.0, where the town's own page is read now and then. A Gemma DAPO step of 16
+# rollouts of ~550 tokens is ~5 minutes on 2 cores, so 4 steps, at a fifth of the SFT rate.
+PRETRAINED_SETTINGS: dict[str, Any] = {
+    "train_per_family": 12, "heldout_per_family": 25, "untrained_limit": 5,
+    "sft_epochs": 3.0, "sft_lr": 5e-5, "sft_batch_size": 4, "sft_finetuning": "freeze", "sft_cutoff_len": 1024,
+    "rl_per_family": 32, "rl_temperature": 1.0, "rl_lr": 1e-5, "rl_steps": 4,
+}
+# DAPO's micro-batches for a pretrained student: 2 rows a forward pass. Gemma's logits are 262k wide in float32, and
+# with --local's micro-batch of the whole step (16 rows) the actor's update process held 16.4 GB and Ray's memory
+# monitor killed it on a 23.6 GB machine (RESULTS.md, 2026-11-26 late evening)
+PRETRAINED_RL_KNOBS = {"MICRO_BATCH_SIZE": 2, "LOGPROB_MICRO_BATCH_SIZE": 2}
+
+
+# The evaluations' and RL selection's engine (afm.quickstart.engine): sequences a batch on `hf`; llama-server's slots
+# (requests decoded together) and tokens a slot (the world's 1024-token responses after a ~100-token prompt)
+EVAL_BATCH = 32
+EVAL_SLOTS = 16
+EVAL_SLOT_TOKENS = 2048
+# answered held-out trajectories the end-of-turn probe replays after each trained stage (afm.quickstart.turn_end)
+TURN_END_PROBES = 8
+
+
 # DAPO on CPU for the world: 4 prompts x 4 rollouts a step, with the eval's turn and token limits (world_* specs);
 # the learning rate is the profile's (rl_lr)
 RL_KNOBS = {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4, "ROLLOUT_N": 4, "MAX_PROMPT_LENGTH": 192,
@@ -138,7 +181,13 @@ RL_REFILL_CAP = 30
 def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
     """The default (or ``--full``) profile with the given fields replaced (``None`` keeps the profile's). Switching
     the world (``teacher_shortcut``) also takes that world's settings (:data:`SHORTCUT_SETTINGS`,
-    :data:`PLAIN_SETTINGS`; ``--full`` keeps its own SFT schedule and DAPO steps), unless the overrides give them."""
+    :data:`PLAIN_SETTINGS`; ``--full`` keeps its own SFT schedule and DAPO steps), unless the overrides give them.
+    A pretrained ``student`` takes :data:`PRETRAINED_SETTINGS` (the world's tiny-student settings do not apply to
+    it); ``--full`` sizes the tiny student and is refused with one."""
+    student = overrides.get("student")
+    if student and full:
+        raise ValueError("--full sizes the tiny student (layers, data, steps); with --model, set --train-per-family "
+                         "and --sft-epochs instead")
     base = FULL if full else DEFAULT
     world = overrides.get("teacher_shortcut")
     if world is not None and world != base.teacher_shortcut:
@@ -147,4 +196,6 @@ def profile_from_args(full: bool = False, **overrides: Any) -> Profile:
             for key in FULL_OWN:  # --full's 3 epochs over 3x the data (9 of the default's) and 30 DAPO steps
                 settings.pop(key)
         base = replace(base, teacher_shortcut=world, **settings)
+    if student:
+        base = replace(base, **PRETRAINED_SETTINGS)
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})

@@ -27,7 +27,14 @@ from afm.common.exit_signals import stop_if_interrupted
 from afm.eval.datasets import WORLD_PROMPT as PROMPT_KEY
 from afm.eval.datasets import WORLD_SAMPLING
 from afm.model.tiny import ModelSize
-from afm.quickstart.profile import DEFAULT, RL_KNOBS, TEACHER_MISS_RATE, TEACHER_MISTAKE_RATE, SftSchedule
+from afm.quickstart.profile import (
+    DEFAULT,
+    EVAL_BATCH,
+    RL_KNOBS,
+    TEACHER_MISS_RATE,
+    TEACHER_MISTAKE_RATE,
+    SftSchedule,
+)
 from afm.quickstart.world import FAMILIES, PROMPT, SHORTCUT_RATE, World, build_world
 
 SFT_DATASET = "afm_world_sft"
@@ -142,11 +149,18 @@ def build_student(out: Path, data_dir: Path, size: ModelSize, seed: int = 0) -> 
     return build_tiny_model(out, tokenizer_texts(data_dir), size, seed=seed)
 
 
-def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0) -> dict[str, Any]:
-    """The LLaMA-Factory yaml of the masked SFT run."""
+def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0,
+               template: str = "qwen") -> dict[str, Any]:
+    """The LLaMA-Factory yaml of the masked SFT run (``template``: LLaMA-Factory's chat template of ``model``,
+    :func:`afm.quickstart.student.lf_template`)."""
+    tuning: dict[str, Any] = {"finetuning_type": schedule.finetuning_type}
+    if schedule.finetuning_type == "freeze":  # every decoder layer; the embedding and final norm stay as they are
+        from afm.quickstart.student import num_layers
+
+        tuning.update({"freeze_trainable_layers": num_layers(model), "freeze_trainable_modules": "all"})
     return {
-        "model_name_or_path": str(model), "stage": "sft", "do_train": True, "finetuning_type": "full",
-        "dataset": SFT_DATASET, "dataset_dir": str(data_dir), "template": "qwen",
+        "model_name_or_path": str(model), "stage": "sft", "do_train": True, **tuning,
+        "dataset": SFT_DATASET, "dataset_dir": str(data_dir), "template": template,
         "cutoff_len": schedule.cutoff_len,
         "per_device_train_batch_size": schedule.batch_size // schedule.micro_batches,
         "gradient_accumulation_steps": schedule.micro_batches, "sort_micro_batches": schedule.micro_batches > 1,
@@ -162,11 +176,12 @@ def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, se
     }
 
 
-def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0) -> Path:
+def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0,
+              template: str = "qwen") -> Path:
     """Masked SFT through ``afm-sft train`` (a real LLaMA-Factory run); returns ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg = out.parent / f"{out.name}.yaml"
-    cfg.write_text(yaml.safe_dump(sft_config(model, data_dir, out, schedule, seed)))
+    cfg.write_text(yaml.safe_dump(sft_config(model, data_dir, out, schedule, seed, template)))
     log = out.parent / f"{out.name}.log"
     with log.open("w") as f:
         proc = subprocess.run([sys.executable, "-m", "afm.sft.cli", "train", str(cfg)], stdout=f,
@@ -177,18 +192,25 @@ def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, see
     return out
 
 
+def hf_backend(model: Path) -> list[str]:
+    """The backend arguments of ``afm eval run`` / ``afm infer`` for ``model`` in the quickstart's process."""
+    return ["--backend", "hf", "--model", str(model), "--concurrency", str(EVAL_BATCH), "--batch-size",
+            str(EVAL_BATCH)]
+
+
 def evaluate(model: Path, data_root: Path, servers: Any, run_dir: Path, *, families: tuple[str, ...] = FAMILIES,
              limit: int | None = None, files: dict[str, Path] | None = None, n: int | None = None,
-             temperature: float | None = None) -> dict[str, float]:
-    """``afm eval run`` of ``model`` on the world's held-out questions (or ``files``); per-family accuracy."""
+             temperature: float | None = None, backend: Sequence[str] | None = None) -> dict[str, float]:
+    """``afm eval run`` of ``model`` on the world's held-out questions (or ``files``); per-family accuracy.
+    ``backend``: the engine's arguments (:func:`afm.quickstart.engine.serving`; default :func:`hf_backend`)."""
     from afm.eval.run import main as eval_main
 
     run_dir.mkdir(parents=True, exist_ok=True)
     tools_yaml = run_dir.parent / f"{run_dir.name}_tools.yaml"
     tools_yaml.write_text(yaml.safe_dump(world_tools(servers)))
     args = ["--benchmarks", ",".join(f"world_{f}" for f in families), "--run-dir", str(run_dir),
-            "--data-root", str(data_root), "--backend", "hf", "--model", str(model), "--tools-config",
-            str(tools_yaml), "--concurrency", "32", "--batch-size", "32", "--seed", "0", "--quiet", "--force",
+            "--data-root", str(data_root), *(backend or hf_backend(model)), "--tools-config",
+            str(tools_yaml), "--seed", "0", "--quiet", "--force",
             "--keep-trajectories"]  # for the trajectory viewer (view.html); a few hundred short trajectories
     for fam, path in (files or {}).items():
         args += ["--file", f"world_{fam}={path}"]
@@ -222,7 +244,8 @@ def rl_questions(world_root: Path, work: Path, families: Sequence[str] | None = 
 
 def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n: int,
                    temperature: float, limit: int | None = None, seed: int = 0,
-                   max_questions: int | None = None, families: Sequence[str] | None = None) -> dict[str, Any]:
+                   max_questions: int | None = None, families: Sequence[str] | None = None,
+                   backend: Sequence[str] | None = None) -> dict[str, Any]:
     """The paper's RL selection on the world's ``rl`` split: ``afm infer`` samples ``n`` trajectories per question
     from ``model`` (the SFT policy) with the real tools, then ``afm data select --mode code`` drops the questions it
     solved every time (nothing left to learn) and writes verl's parquet. ``families`` limits the split to those
@@ -238,11 +261,10 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
     samples, parquet = work / "samples.jsonl", work / "rl.parquet"
     sampling = WORLD_SAMPLING
     args = ["--input", str(questions), "--output", str(samples), "--id-key", "id", "--answer-key", "answer",
-            "--prompt", PROMPT_KEY, "--backend", "hf", "--model", str(model), "--tools-config", str(tools_yaml),
+            "--prompt", PROMPT_KEY, *(backend or hf_backend(model)), "--tools-config", str(tools_yaml),
             "--n", str(n), "--temperature", str(temperature), "--max-turns", str(sampling["max_turns"]),
             "--max-tokens-per-turn", str(sampling["max_tokens_per_turn"]),
-            "--max-response-tokens", str(sampling["max_response_tokens"]), "--seed", str(seed),
-            "--concurrency", "32", "--batch-size", "32", "--quiet"]
+            "--max-response-tokens", str(sampling["max_response_tokens"]), "--seed", str(seed), "--quiet"]
     if limit:
         args += ["--limit", str(limit)]
     code = infer(args)

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from afm.quickstart.profile import DEFAULT, RL_KNOBS, RL_REFILL_CAP, Profile
+from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, RL_REFILL_CAP, Profile
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -73,8 +73,9 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         rl: bool = True) -> dict[str, Any]:
     """Run the miniature recipe in ``workdir``; returns the summary (also written to ``summary.json``)."""
     from afm.common import exit_signals
+    from afm.quickstart.engine import choose as choose_engine
+    from afm.quickstart.engine import serving
     from afm.quickstart.recipe import (
-        build_student,
         distill_sft_data,
         evaluate,
         make_world,
@@ -85,6 +86,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     )
     from afm.quickstart.rl import GroupsFiltered
     from afm.quickstart.servers import DemoServers
+    from afm.quickstart.student import build_or_find, lf_template, pretrained_dir
     from afm.quickstart.summary import rename_families, stage_summary, table, write_report
     from afm.quickstart.world import SHORTCUT_FAMILY, SHORTCUT_RATE, SHORTCUT_WHY
 
@@ -93,12 +95,15 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     work = Path(workdir).absolute()
     work.mkdir(parents=True, exist_ok=True)
     (work / "profile.json").write_text(json.dumps(asdict(profile), indent=1) + "\n")
+    if profile.student:  # a wrong name or folder fails here, not after the distillation
+        print(f"[0/8] the pretrained student: {profile.student} -> {pretrained_dir(profile.student)}", flush=True)
     print(f"[1/8] the demo world: {profile.train_per_family} train / {profile.rl_per_family} RL / "
           f"{profile.heldout_per_family} held-out tasks per family (arith, lookup, multihop, calc)", flush=True)
     world, root = make_world(work, seed, {"train": profile.train_per_family, "rl": profile.rl_per_family,
                                           "heldout": profile.heldout_per_family}, shortcut=profile.teacher_shortcut)
     target, target_why = (SHORTCUT_FAMILY, SHORTCUT_WHY) if profile.teacher_shortcut else ("", "")
     runs: dict[str, Path] = {}
+    turn_end: dict[str, dict[str, Any]] = {}
     with DemoServers(work / "servers", world=world) as servers:
         exit_signals.check()
         print("[2/8] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
@@ -110,10 +115,12 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         data = distilled["data"]
         print(f"      kept {distilled['filter_report'].get('records_out')} SFT samples -> {data}", flush=True)
 
-        model = build_student(work / "student", data, profile.student_size(), seed=seed)
+        model = build_or_find(work / "student", data, profile.student, profile.student_size(), seed=seed)
+        template = lf_template(model)
+        engine = choose_engine(profile.student)
         schedule = profile.sft_schedule()
         sft_yaml = work / "sft.yaml"
-        sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed)))
+        sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed, template)))
         exit_signals.check()
         print("[3/8] observation masking report of the SFT set", flush=True)
         _run([sys.executable, "-m", "afm.sft.cli", "mask-report", str(sft_yaml), "--json",
@@ -123,23 +130,27 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         print(text[start:].split("\n---")[0].rstrip() if start >= 0 else text[-1500:], flush=True)
 
         exit_signals.check()
-        print("[4/8] the untrained student on held-out questions (afm eval run, hf backend, real tools)", flush=True)
+        print(f"[4/8] the untrained student ({student_name(profile)}, {model}) on held-out questions (afm eval run, "
+              f"real tools; engine {engine.name}: {engine.why})", flush=True)
         t = time.monotonic()
         runs["untrained"] = work / "eval" / "untrained"
-        print("      " + _fmt(evaluate(model, root, servers, runs["untrained"], limit=profile.untrained_limit)),
-              flush=True)
+        with serving(engine, model, work / "engine" / "untrained") as backend:
+            print("      " + _fmt(evaluate(model, root, servers, runs["untrained"], limit=profile.untrained_limit,
+                                           backend=backend)), flush=True)
         seconds["eval_untrained"] = time.monotonic() - t
 
         exit_signals.check()
         print("[5/8] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked)", flush=True)
         t = time.monotonic()
-        sft = train_sft(model, data, work / "sft", schedule, seed)
+        sft = train_sft(model, data, work / "sft", schedule, seed, template)
         seconds["sft"] = time.monotonic() - t
         curve = losses(sft)
         print(ascii_curve(curve), flush=True)
         t = time.monotonic()
         runs["sft"] = work / "eval" / "sft"
-        print("      SFT: " + _fmt(evaluate(sft, root, servers, runs["sft"])), flush=True)
+        with serving(engine, sft, work / "engine" / "sft") as backend:
+            print("      SFT: " + _fmt(evaluate(sft, root, servers, runs["sft"], backend=backend)), flush=True)
+        turn_end["sft"] = _turn_end(sft, runs["sft"])
         seconds["eval_sft"] = time.monotonic() - t
 
         dapo, rl_skipped = None, ""
@@ -151,8 +162,10 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             t = time.monotonic()
             n = profile.rl_samples
             while True:
-                sel = select_rl_data(sft, root, servers, work / "rl_data", n=n, seed=seed,
-                                     temperature=profile.rl_temperature, families=[target] if target else None)
+                with serving(engine, sft, work / "engine" / "rl_select") as backend:
+                    sel = select_rl_data(sft, root, servers, work / "rl_data", n=n, seed=seed,
+                                         temperature=profile.rl_temperature, families=[target] if target else None,
+                                         backend=backend)
                 rl_skipped = why_no_rl(sel["report"])
                 # With few RL questions, a policy sure of its route on each solves every one in all or none of 4
                 # samples now and then (seen in 1 of 5 runs of the default: {0/4: 3, 4/4: 5}) though it is not sure
@@ -179,7 +192,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                                 knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(), "TEMPERATURE": profile.rl_temperature,
                                        # verl's dump of every rollout, for the trajectory viewer (view.html)
                                        "ROLLOUT_DATA_DIR": str(work / "rl" / "rollouts"),
-                                       **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch)})
+                                       **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch),
+                                       **(PRETRAINED_RL_KNOBS if profile.student else {})})
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
                 rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
                 print(f"      {rl_skipped}", flush=True)
@@ -189,7 +203,9 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             print("      reward per step (critic/score/mean):\n" + ascii_curve(reward), flush=True)
             t = time.monotonic()
             runs["rl"] = work / "eval" / "rl"
-            print("      RL: " + _fmt(evaluate(dapo.model, root, servers, runs["rl"])), flush=True)
+            with serving(engine, dapo.model, work / "engine" / "rl") as backend:
+                print("      RL: " + _fmt(evaluate(dapo.model, root, servers, runs["rl"], backend=backend)), flush=True)
+            turn_end["rl"] = _turn_end(dapo.model, runs["rl"])
             seconds["eval_rl"] = time.monotonic() - t
 
     exit_signals.check()
@@ -200,10 +216,19 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     summary["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
     summary["profile"] = asdict(profile)
     summary["sft_loss"] = curve
-    notes = [f"{k}: {v:.0f} s" for k, v in seconds.items()]
+    notes = [f"the student: {student_name(profile)} ({model}); SFT: {schedule.finetuning_type} fine-tuning, "
+             f"LLaMA-Factory template `{template}`; evaluations on `{engine.name}` ({engine.why})",
+             *(f"{k}: {v:.0f} s" for k, v in seconds.items())]
+    notes += [f"{stage}: after `</answer>`, `{probe['token']}` (the chat format's end of turn) is the most likely "
+              f"next token in {probe['top']} of {probe['checked']} answered trajectories (median p "
+              f"{probe['p_median']:.3f})" for stage, probe in turn_end.items() if probe.get("checked")]
     if rl and target:
         summary["rl_target"] = {"family": target, "why": target_why}
     summary["models"] = {"untrained": str(model), "sft": str(sft)}
+    summary["turn_end"] = turn_end
+    summary["student"] = {"name": student_name(profile), "sft_template": template,
+                          "sft_finetuning": schedule.finetuning_type, "eval_engine": engine.name,
+                          "eval_engine_why": engine.why}
     if dapo is not None:
         summary["rl_reward"] = dapo.curve("critic/score/mean")
         summary["models"]["rl"] = str(dapo.model)
@@ -219,6 +244,27 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         print(f"Every trajectory (the SFT set, each evaluation, the RL rollouts), in one page for any browser: {view}",
               flush=True)
     return summary
+
+
+def _turn_end(model: Path, run_dir: Path) -> dict[str, Any]:
+    """The end-of-turn probe (:mod:`afm.quickstart.turn_end`) of a trained stage's policy, printed."""
+    from afm.eval.datasets import WORLD_PROMPT
+    from afm.quickstart.profile import TURN_END_PROBES
+    from afm.quickstart.turn_end import turn_end_probe
+
+    probe = turn_end_probe(model, run_dir, WORLD_PROMPT, TURN_END_PROBES)
+    if probe["checked"]:
+        print(f"      after </answer>, {probe['token']} is the most likely next token in {probe['top']} of "
+              f"{probe['checked']} answered trajectories (median p {probe['p_median']:.3f})", flush=True)
+    return probe
+
+
+def student_name(profile: Profile) -> str:
+    """What the report calls the student: the pretrained model's name, or the tiny Qwen2's shape."""
+    if profile.student:
+        return profile.student
+    size = profile.student_size()
+    return f"tiny Qwen2 ({size.num_layers} layers, {size.hidden_size} wide, built for the world)"
 
 
 def write_viewer(work: Path, runs: dict[str, Path]) -> Path | None:
