@@ -46,7 +46,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -56,6 +55,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from afm.common.procs import stop_pid  # noqa: E402  (bench_engines.py imports it from here)
 
 ORIG_GIT = Path("/work/.mirror/OPPO-PersonalAI+Agent_Foundation_Models/repo")
 # afm benchmark name -> (the original's path in its repo, afm's default file under a data root)
@@ -115,21 +116,6 @@ def start_llama_server(gguf: Path, tok: Path, slots: int, threads: int, ctx: int
     if proc.returncode != 0:
         raise SystemExit(f"serve_model.sh failed: {proc.stderr[-2000:]}")
     return int(re.search(r"pid (\d+)", proc.stdout).group(1)), f"http://127.0.0.1:{port}/v1"
-
-
-def stop_pid(pid: int) -> None:
-    """SIGTERM, then SIGKILL after 30 s."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(300):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
 
 
 def eval_run(run_dir: Path, engine_args: list[str], benches: list[str], data_root: Path, tools_yaml: Path,

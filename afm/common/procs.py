@@ -22,6 +22,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_pid(pid: int, grace_s: float = 30.0) -> None:
+    """SIGTERM ``pid`` (a server started detached, e.g. by evaluation/serve_model.sh), SIGKILL after ``grace_s``."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+
+
 def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None,
               headers: dict[str, str] | None = None) -> None:
     """Poll ``url`` until it answers 2xx; fail early if ``proc`` exits."""

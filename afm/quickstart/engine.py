@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,21 +63,6 @@ def choose(student: str) -> EvalEngine:
                       server=binary, base_gguf=prepare(student).gguf_path)
 
 
-def _stop(pid: int, grace_s: float = 30.0) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-
-
 @contextmanager
 def serving(engine: EvalEngine, model: Path, work: Path) -> Iterator[list[str]]:
     """The backend arguments of ``afm eval run`` / ``afm infer`` for ``model`` on ``engine``; a llama.cpp server
@@ -89,7 +72,7 @@ def serving(engine: EvalEngine, model: Path, work: Path) -> Iterator[list[str]]:
 
         yield hf_backend(model)
         return
-    from afm.common.procs import free_port
+    from afm.common.procs import free_port, stop_pid
     from afm.model.export import export_gguf
 
     assert engine.server is not None and engine.base_gguf is not None
@@ -110,5 +93,5 @@ def serving(engine: EvalEngine, model: Path, work: Path) -> Iterator[list[str]]:
         yield ["--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", name, "--tokenizer",
                str(model), "--engine", "auto", "--concurrency", str(2 * EVAL_SLOTS)]
     finally:
-        _stop(pid)
+        stop_pid(pid)
         gguf.unlink(missing_ok=True)  # ~0.5 GB a policy; the HF folder is the one kept
