@@ -149,6 +149,16 @@ def build_student(out: Path, data_dir: Path, size: ModelSize, seed: int = 0) -> 
     return build_tiny_model(out, tokenizer_texts(data_dir), size, seed=seed)
 
 
+def build_or_find(out: Path, data_dir: Path, student: str, size: ModelSize, seed: int = 0) -> Path:
+    """The untrained student: the pretrained model's folder (``student``, :mod:`afm.quickstart.student`), else the
+    tiny Qwen2 of ``size`` built in ``out`` with a tokenizer trained on the SFT set in ``data_dir``."""
+    if student:
+        from afm.quickstart.student import pretrained_dir
+
+        return pretrained_dir(student)
+    return build_student(out, data_dir, size, seed=seed)
+
+
 def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0,
                template: str = "qwen") -> dict[str, Any]:
     """The LLaMA-Factory yaml of the masked SFT run (``template``: LLaMA-Factory's chat template of ``model``,

@@ -76,6 +76,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     from afm.quickstart.engine import choose as choose_engine
     from afm.quickstart.engine import serving
     from afm.quickstart.recipe import (
+        build_or_find,
         distill_sft_data,
         evaluate,
         make_world,
@@ -86,7 +87,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     )
     from afm.quickstart.rl import GroupsFiltered
     from afm.quickstart.servers import DemoServers
-    from afm.quickstart.student import build_or_find, lf_template, pretrained_dir
+    from afm.quickstart.student import lf_template, pretrained_dir
     from afm.quickstart.summary import rename_families, stage_summary, table, write_report
     from afm.quickstart.world import SHORTCUT_FAMILY, SHORTCUT_RATE, SHORTCUT_WHY
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from afm.model.tiny import ModelSize
-
 # model_type (config.json) -> LLaMA-Factory's chat template with the same turn format as the model's own
 LF_TEMPLATES = {"gemma3_text": "gemma", "gemma3": "gemma", "gemma2": "gemma", "gemma": "gemma",
                 "qwen2": "qwen", "qwen3": "qwen3", "llama": "llama3"}
@@ -53,13 +51,3 @@ def num_layers(model_dir: str | Path) -> int:
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     cfg = cfg.get("text_config") or cfg
     return int(cfg["num_hidden_layers"])
-
-
-def build_or_find(out: Path, data_dir: Path, student: str, size: ModelSize, seed: int = 0) -> Path:
-    """The untrained student: the pretrained model's folder (``student``), else the tiny Qwen2 of ``size`` built in
-    ``out`` with a tokenizer trained on the SFT set in ``data_dir``."""
-    if student:
-        return pretrained_dir(student)
-    from afm.quickstart.recipe import build_student
-
-    return build_student(out, data_dir, size, seed=seed)
