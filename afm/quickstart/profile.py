@@ -97,7 +97,6 @@ class Profile:
     student: str = ""
     sft_finetuning: str = "full"  # SftSchedule.finetuning_type
     sft_cutoff_len: int = 768  # tokens of a training row (a pretrained student's vocabulary: PRETRAINED_SETTINGS)
-    sft_micro_batches: int = 2
 
     def student_size(self) -> ModelSize:
         """The tiny student's shape: Qwen2 with this profile's layers, width and key/value heads."""
@@ -108,8 +107,7 @@ class Profile:
     def sft_schedule(self) -> SftSchedule:
         """The masked SFT run's schedule (epochs, batch size, learning rate)."""
         return SftSchedule(epochs=self.sft_epochs, batch_size=self.sft_batch_size, learning_rate=self.sft_lr,
-                           cutoff_len=self.sft_cutoff_len, micro_batches=self.sft_micro_batches,
-                           finetuning_type=self.sft_finetuning)
+                           cutoff_len=self.sft_cutoff_len, finetuning_type=self.sft_finetuning)
 
 
 DEFAULT = Profile()

@@ -162,21 +162,22 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                   f"select drops the ones it always solves.{meant}", flush=True)
             t = time.monotonic()
             n = profile.rl_samples
-            while True:
-                with serving(engine, sft, work / "engine" / "rl_select") as backend:
+            # one server (and export) for every round: afm infer resumes, adding only the new samples
+            with serving(engine, sft, work / "engine" / "rl_select") as backend:
+                while True:
                     sel = select_rl_data(sft, root, servers, work / "rl_data", n=n, seed=seed,
                                          temperature=profile.rl_temperature, families=[target] if target else None,
                                          backend=backend)
-                rl_skipped = why_no_rl(sel["report"])
-                # With few RL questions, a policy sure of its route on each solves every one in all or none of 4
-                # samples now and then (seen in 1 of 5 runs of the default: {0/4: 3, 4/4: 5}) though it is not sure
-                # of the answer's source: more samples (afm infer resumes, adding only the new ones) tell the
-                # questions DAPO can learn from apart; up to 4x.
-                if not rl_skipped or n >= MAX_SELECTION_GROWTH * profile.rl_samples:
-                    break
-                n *= 2
-                print(f"      no question solved in some but not all samples ({sel['report'].get('solved_count_histogram')})"
-                      f": {n} samples per question", flush=True)
+                    rl_skipped = why_no_rl(sel["report"])
+                    # With few RL questions, a policy sure of its route on each solves every one in all or none of 4
+                    # samples now and then (seen in 1 of 5 runs of the default: {0/4: 3, 4/4: 5}) though it is not
+                    # sure of the answer's source: more samples (afm infer resumes, adding only the new ones) tell
+                    # the questions DAPO can learn from apart; up to 4x.
+                    if not rl_skipped or n >= MAX_SELECTION_GROWTH * profile.rl_samples:
+                        break
+                    n *= 2
+                    print(f"      no question solved in some but not all samples "
+                          f"({sel['report'].get('solved_count_histogram')}): {n} samples per question", flush=True)
             seconds["rl_select"] = time.monotonic() - t
             print(f"      kept {sel['report'].get('kept')} of {sel['report'].get('questions')} questions "
                   f"(mean pass rate {sel['report'].get('mean_pass_rate', 0):.2f}) -> {sel['parquet']}", flush=True)
