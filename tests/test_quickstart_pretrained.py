@@ -69,6 +69,38 @@ def test_template_layers_and_folder_of_a_student(tmp_path):
         SftSchedule(1.0, 4, 5e-5, finetuning_type="lora")
 
 
+def test_the_rl_family_gets_more_train_questions(tmp_path):
+    from afm.quickstart.recipe import make_world, train_questions
+
+    profile = profile_from_args(student="gemma3-270m", train_per_family=3)
+    counts = profile.train_counts("lookup")
+    assert counts == {"arith": 3, "lookup": 6, "multihop": 3, "calc": 3}
+    assert profile.train_counts("") == dict.fromkeys(counts, 3)  # the plain world has no RL family
+    assert DEFAULT.train_counts("lookup") == dict.fromkeys(counts, DEFAULT.train_per_family)
+    _, root = make_world(tmp_path, 0, {"train": 6, "rl": 1, "heldout": 1}, shortcut=True)
+    rows = [json.loads(line) for line in train_questions(root, counts, tmp_path / "q.jsonl").open()]
+    every = [json.loads(line) for line in (root / "world" / "train.jsonl").open()]
+    # the split's first questions of each family, in the split's order
+    assert rows == [r for r in every if r["family"] == "lookup" or int(r["id"].rsplit("-", 1)[1]) < 3]
+    assert sum(r["family"] == "lookup" for r in rows) == 6 and len(rows) == 15
+    with pytest.raises(ValueError, match=r"too few questions: \{'lookup': '6 < 7'\}"):
+        train_questions(root, {**counts, "lookup": 7}, tmp_path / "q.jsonl")
+
+
+def test_dapo_rollout_engine_says_why(tmp_path):
+    import sys
+
+    from afm.quickstart.rl import REPO, rollout_engine
+
+    assert rollout_engine("")[0] == "hf"  # the tiny student: nothing is probed
+    name, why = rollout_engine("gemma3-270m", Path(sys.executable))  # .venv: LLaMA-Factory's, never vLLM
+    assert name == "hf" and "AFM_ENGINES=vllm" in why
+    rl = REPO / ".venv-rl" / "bin" / "python"
+    if rl.exists() and list((REPO / ".venv-rl").glob("lib/python*/site-packages/vllm/__init__.py")):
+        name, why = rollout_engine("gemma3-270m", rl)
+        assert name == "vllm" and "vLLM's CPU build is installed" in why
+
+
 def test_the_cli_refuses_full_with_a_model(capsys):
     from afm.cli import main
 
@@ -96,6 +128,10 @@ def test_the_recipe_runs_with_a_pretrained_student(tiny_gemma, tmp_path, capsys)
     assert list(summary["stages"]) == ["untrained", "sft"]
     assert summary["questions"] == {"arith": 1, "lookup": 1, "multihop": 1, "calc": 1}
     assert summary["models"]["untrained"] == str(tiny_gemma)
+    # the RL family's train questions twice the others': the teacher ran 4 lookup questions and 2 of each other family
+    asked = [json.loads(line)["family"] for line in (tmp_path / "qs" / "distill" / "questions.jsonl").open()]
+    assert {f: asked.count(f) for f in set(asked)} == {"arith": 2, "lookup": 4, "multihop": 2, "calc": 2}
+    assert "4 train lookup tasks" in out
     cfg = yaml.safe_load((tmp_path / "qs" / "sft.yaml").read_text())
     assert (cfg["template"], cfg["finetuning_type"], cfg["freeze_trainable_layers"], cfg["cutoff_len"]) == (
         "gemma", "freeze", 2, PRETRAINED_SETTINGS["sft_cutoff_len"])

@@ -12,6 +12,7 @@ from typing import Any
 
 from afm.eval.benchmark_specs import WORLD_SAMPLING
 from afm.model.tiny import ModelSize
+from afm.quickstart.world import FAMILIES
 
 # The student's vocabulary and query heads (its layers, width and key/value heads are Profile fields). Two layers by
 # default: copying the question's digits into the program (an induction-style attention pattern) is what the student
@@ -60,6 +61,9 @@ class Profile:
     """How much of everything one quickstart run does (tasks per family and split, SFT schedule, RL steps)."""
 
     train_per_family: int = 500
+    # the RL family's (the shortcut world's lookup) train questions, in train_per_family: its minority route must be
+    # in the SFT set, which a pretrained student's few demonstrations may miss (PRETRAINED_SETTINGS)
+    rl_family_train_factor: int = 1
     rl_per_family: int = 8
     heldout_per_family: int = 25
     untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
@@ -104,6 +108,14 @@ class Profile:
                          intermediate_size=3 * self.student_width, num_layers=self.student_layers,
                          num_heads=STUDENT_HEADS, num_kv_heads=self.student_kv_heads)
 
+    def train_counts(self, rl_family: str) -> dict[str, int]:
+        """Train questions of each family: ``train_per_family``, times ``rl_family_train_factor`` for
+        ``rl_family`` ("": the plain world, no RL family)."""
+        counts = dict.fromkeys(FAMILIES, self.train_per_family)
+        if rl_family:
+            counts[rl_family] *= self.rl_family_train_factor
+        return counts
+
     def sft_schedule(self) -> SftSchedule:
         """The masked SFT run's schedule (epochs, batch size, learning rate)."""
         return SftSchedule(epochs=self.sft_epochs, batch_size=self.sft_batch_size, learning_rate=self.sft_lr,
@@ -145,10 +157,13 @@ FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, r
 # current) and of the eighth (all wrong): no group DAPO could learn from. So 32 RL questions (about half with a stale
 # census), sampled at temperature 1.0. Measured there too: 110 of 110 samples read the census page, because seed 0's
 # 12 lookup demonstrations were all census reads (the teacher's shortcut, 0.8 a run): the own page is a route Gemma
-# never saw, and the quickstart skips DAPO with that reason. DAPO's rate and steps are a first guess, not measured:
-# a Gemma step of 16 rollouts of ~550 tokens is ~5 minutes on 2 cores (estimated), so 4, at a fifth of the SFT rate.
+# never saw, and the quickstart skips DAPO with that reason. So twice the lookup train questions (24; the other
+# families 12): with the teacher's shortcut in 0.8 of its runs, none of 24 reads the own page in 0.5% of seeds (0.8^24; of 12:
+# 7%), and the kept demonstrations hold the own page's route about 1 time in 3, as the tiny student's do; ~10 more SFT
+# rows, ~2.5 minutes. DAPO's rate and steps are a first guess, not measured: a Gemma step of 16 rollouts of ~550
+# tokens is ~5 minutes on 2 cores (estimated), so 4 (16 updates: one prompt's group each), at a fifth of the SFT rate.
 PRETRAINED_SETTINGS: dict[str, Any] = {
-    "train_per_family": 12, "heldout_per_family": 25, "untrained_limit": 5,
+    "train_per_family": 12, "rl_family_train_factor": 2, "heldout_per_family": 25, "untrained_limit": 5,
     "sft_epochs": 3.0, "sft_lr": 5e-5, "sft_batch_size": 4, "sft_finetuning": "freeze", "sft_cutoff_len": 1024,
     "rl_per_family": 32, "rl_temperature": 1.0, "rl_lr": 1e-5, "rl_steps": 4,
 }

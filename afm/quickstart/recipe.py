@@ -74,13 +74,32 @@ def make_world(work: str | Path, seed: int = 0, per_family: dict[str, int] | Non
     return world, root
 
 
+def train_questions(world_root: Path, counts: dict[str, int], out: Path) -> Path:
+    """The train split's first ``counts[family]`` questions of each family, in the split's order, written to ``out``
+    (the distillation's input when a family gets more train questions than the others)."""
+    rows, seen = [], dict.fromkeys(counts, 0)
+    for line in (world_root / "world" / "train.jsonl").read_text().splitlines():
+        if not line.strip():
+            continue
+        fam = json.loads(line)["family"]
+        if seen.get(fam, 0) < counts.get(fam, 0):
+            seen[fam] += 1
+            rows.append(line)
+    short = {f: f"{seen[f]} < {n}" for f, n in counts.items() if seen[f] < n}
+    if short:
+        raise ValueError(f"the world's train split has too few questions: {short}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(r + "\n" for r in rows))
+    return out
+
+
 def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: int = 0,
                      mistake_rate: float = TEACHER_MISTAKE_RATE, miss_rate: float = TEACHER_MISS_RATE,
-                     shortcut_rate: float = 0.0,
+                     shortcut_rate: float = 0.0, questions: Path | None = None,
                      concurrency: int = 16) -> dict[str, Any]:
-    """Teacher runs on the train split -> filtered runs -> LLaMA-Factory dataset ``afm_world_sft`` in
-    ``work/sft_data`` (``shortcut_rate``: the teacher's lookup shortcut, :mod:`afm.quickstart.world`). Returns the paths
-    and the filter report."""
+    """Teacher runs on the train split (or ``questions``, e.g. :func:`train_questions`) -> filtered runs ->
+    LLaMA-Factory dataset ``afm_world_sft`` in ``work/sft_data`` (``shortcut_rate``: the teacher's lookup shortcut,
+    :mod:`afm.quickstart.world`). Returns the paths and the filter report."""
     from afm.data.convert import main as convert
     from afm.data.distill import main as distill
     from afm.data.filters import main as filter_runs
@@ -91,12 +110,13 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
     (work / "teacher.yaml").write_text(yaml.safe_dump(TEACHER_CONFIG, sort_keys=False))
     (work / "tools.yaml").write_text(yaml.safe_dump(world_tools(servers)))
     runs, kept = work / "runs.jsonl", work / "kept.jsonl"
+    questions = questions or world_root / "world" / "train.jsonl"
     old = os.environ.get("TEACHER_BASE_URL")
     with TeacherModel(seed=seed, mistake_rate=mistake_rate, miss_rate=miss_rate,
                       shortcut_rate=shortcut_rate) as teacher:
         os.environ["TEACHER_BASE_URL"] = teacher.base_url
         try:
-            rc = distill(["--input", str(world_root / "world" / "train.jsonl"), "--output", str(runs),
+            rc = distill(["--input", str(questions), "--output", str(runs),
                           "--config", str(work / "teacher.yaml"), "--tools-config", str(work / "tools.yaml"),
                           "--concurrency", str(concurrency), "--no-progress"])
         finally:
@@ -111,7 +131,7 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
                       "--qa-scorer", "data-source", "--upsample-corrected", "2", "--quiet"])
     if rc != 0:
         raise RuntimeError(f"afm data filter failed (exit {rc})")
-    _in_question_order(kept, world_root / "world" / "train.jsonl")
+    _in_question_order(kept, questions)
     data = work / "sft_data"
     rc = convert(["--input", str(kept), "--output-dir", str(data), "--name", SFT_DATASET, "--no-copy-log"])
     if rc != 0:

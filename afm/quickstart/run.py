@@ -82,10 +82,11 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         make_world,
         select_rl_data,
         sft_config,
+        train_questions,
         train_rl,
         train_sft,
     )
-    from afm.quickstart.rl import GroupsFiltered
+    from afm.quickstart.rl import GroupsFiltered, rollout_engine
     from afm.quickstart.servers import DemoServers
     from afm.quickstart.student import lf_template, pretrained_dir
     from afm.quickstart.summary import rename_families, stage_summary, table, write_report
@@ -98,11 +99,14 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     (work / "profile.json").write_text(json.dumps(asdict(profile), indent=1) + "\n")
     if profile.student:  # a wrong name or folder fails here, not after the distillation
         print(f"[0/8] the pretrained student: {profile.student} -> {pretrained_dir(profile.student)}", flush=True)
-    print(f"[1/8] the demo world: {profile.train_per_family} train / {profile.rl_per_family} RL / "
-          f"{profile.heldout_per_family} held-out tasks per family (arith, lookup, multihop, calc)", flush=True)
-    world, root = make_world(work, seed, {"train": profile.train_per_family, "rl": profile.rl_per_family,
-                                          "heldout": profile.heldout_per_family}, shortcut=profile.teacher_shortcut)
     target, target_why = (SHORTCUT_FAMILY, SHORTCUT_WHY) if profile.teacher_shortcut else ("", "")
+    train = profile.train_counts(target)
+    more = {f: n for f, n in train.items() if n != profile.train_per_family}
+    print(f"[1/8] the demo world: {profile.train_per_family} train / {profile.rl_per_family} RL / "
+          f"{profile.heldout_per_family} held-out tasks per family (arith, lookup, multihop, calc)"
+          + "".join(f"; {n} train {f} tasks" for f, n in more.items()), flush=True)
+    world, root = make_world(work, seed, {"train": max(train.values()), "rl": profile.rl_per_family,
+                                          "heldout": profile.heldout_per_family}, shortcut=profile.teacher_shortcut)
     runs: dict[str, Path] = {}
     turn_end: dict[str, dict[str, Any]] = {}
     with DemoServers(work / "servers", world=world) as servers:
@@ -110,7 +114,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         print("[2/8] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
               "solves the train split with the real tools; afm data filter; afm data convert", flush=True)
         t = time.monotonic()
-        distilled = distill_sft_data(root, servers, work / "distill", seed=seed,
+        questions = train_questions(root, train, work / "distill" / "questions.jsonl") if more else None
+        distilled = distill_sft_data(root, servers, work / "distill", seed=seed, questions=questions,
                                      shortcut_rate=SHORTCUT_RATE if profile.teacher_shortcut else 0.0)
         seconds["distill"] = time.monotonic() - t
         data = distilled["data"]
@@ -154,7 +159,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         turn_end["sft"] = _turn_end(sft, runs["sft"])
         seconds["eval_sft"] = time.monotonic() - t
 
-        dapo, rl_skipped = None, ""
+        dapo, rl_skipped, rollout = None, "", ("", "")
         if rl:
             meant = f" The RL set is the {target} questions: RL is meant to fix them: {target_why}" if target else ""
             exit_signals.check()
@@ -186,12 +191,14 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             print(f"[7/8] DAPO skipped: {rl_skipped}", flush=True)
         elif rl:
             exit_signals.check()
-            print(f"[7/8] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, hf rollout, afm_agent "
-                  "loop, the same tools)", flush=True)
+            rollout = rollout_engine(profile.student)
+            print(f"[7/8] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, {rollout[0]} rollout: "
+                  f"{rollout[1]}; afm_agent loop, the same tools)", flush=True)
             t = time.monotonic()
             try:
                 dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps, lr=profile.rl_lr,
                                 knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(), "TEMPERATURE": profile.rl_temperature,
+                                       "ROLLOUT_ENGINE": rollout[0],
                                        # verl's dump of every rollout, for the trajectory viewer (view.html)
                                        "ROLLOUT_DATA_DIR": str(work / "rl" / "rollouts"),
                                        **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch),
@@ -231,6 +238,9 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     summary["student"] = {"name": student_name(profile), "sft_template": template,
                           "sft_finetuning": schedule.finetuning_type, "eval_engine": engine.name,
                           "eval_engine_why": engine.why}
+    if rollout[0]:
+        summary["student"].update(rl_rollout=rollout[0], rl_rollout_why=rollout[1])
+        notes.append(f"DAPO's rollouts on `{rollout[0]}` ({rollout[1]})")
     if dapo is not None:
         summary["rl_reward"] = dapo.curve("critic/score/mean")
         summary["models"]["rl"] = str(dapo.model)
