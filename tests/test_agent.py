@@ -271,6 +271,33 @@ def test_hf_backend_batches_concurrent_trajectories(tiny_model, tok):
             if seg.kind == "model":
                 assert len(seg.ids) <= 24
 
+def test_hf_backend_samples_the_whole_distribution_without_top_k(tiny_model):
+    """top_k -1 is no top-k (as verl's rollouts sample): at a high temperature the random model's first token is
+    near uniform over its 1024 entries, so 120 draws give far more than the 50 that transformers' default top_k
+    would leave; top_k 8 keeps them to 8."""
+    from afm.agent.hf_backend import HFBackend
+
+    backend = HFBackend.from_pretrained(str(tiny_model), max_batch=1, batch_wait_s=0.0)
+
+    async def firsts(top_k: int) -> set[int]:
+        out = set()
+        for seed in range(120):
+            gen = await backend.generate([1, 2, 3], SamplingParams(max_new_tokens=1, temperature=50.0, top_k=top_k,
+                                                                   seed=seed))
+            out.add(gen.ids[0])
+        return out
+
+    async def go() -> tuple[set[int], set[int]]:
+        try:
+            return await firsts(-1), await firsts(8)
+        finally:
+            await backend.aclose()
+
+    every, cut = asyncio.run(go())
+    assert len(every) > 60, len(every)
+    assert len(cut) <= 8
+
+
 # -- hooks: a tool protocol added by subclassing the loop (no fork) ------------------------------------------------
 # JSON tool calls in <tool_call>, outputs in <tool_response>, a final answer closed by </final>. The loop's
 # guarantees (token-in-token-out, loss mask, one finish reason) hold for it as for the CoA protocol.

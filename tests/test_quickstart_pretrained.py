@@ -87,18 +87,27 @@ def test_the_rl_family_gets_more_train_questions(tmp_path):
         train_questions(root, {**counts, "lookup": 7}, tmp_path / "q.jsonl")
 
 
-def test_dapo_rollout_engine_says_why(tmp_path):
-    import sys
+def test_the_rl_selection_samples_as_dapo_does():
+    import argparse
 
-    from afm.quickstart.rl import REPO, rollout_engine
+    from afm.agent.infer import add_args
+    from afm.launch.rl import default
+    from afm.quickstart.recipe import hf_backend, selection_sampling
 
-    assert rollout_engine("")[0] == "hf"  # the tiny student: nothing is probed
-    name, why = rollout_engine("gemma3-270m", Path(sys.executable))  # .venv: LLaMA-Factory's, never vLLM
-    assert name == "hf" and "AFM_ENGINES=vllm" in why
-    rl = REPO / ".venv-rl" / "bin" / "python"
-    if rl.exists() and list((REPO / ".venv-rl").glob("lib/python*/site-packages/vllm/__init__.py")):
-        name, why = rollout_engine("gemma3-270m", rl)
-        assert name == "vllm" and "vLLM's CPU build is installed" in why
+    parser = argparse.ArgumentParser()
+    add_args(parser)  # afm infer's own flags
+    args = parser.parse_args(["--input", "q", "--output", "o", *hf_backend(Path("m")), *selection_sampling(0.7)])
+    assert (args.temperature, args.top_p, args.top_k) == (0.7, float(default("TOP_P")), -1) and args.top_p == 1.0
+
+
+def test_dapo_rollout_engine_says_why():
+    from afm.quickstart.rl import rollout_engine
+
+    assert rollout_engine("", {})[0] == "hf" and "tiny student" in rollout_engine("", {})[1]
+    name, why = rollout_engine("gemma3-270m", {})
+    assert name == "hf" and "ROLLOUT_ENGINE=vllm" in why
+    assert rollout_engine("gemma3-270m", {"ROLLOUT_ENGINE": "vllm"}) == ("vllm", "ROLLOUT_ENGINE is set in the "
+                                                                                 "environment")
 
 
 def test_the_cli_refuses_full_with_a_model(capsys):

@@ -108,9 +108,10 @@ class HFBackend:
                 "stopping_criteria": StoppingCriteriaList([_Aborted()]),
             }
             if do_sample:
-                kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
-                if sampling.top_k > 0:
-                    kwargs["top_k"] = sampling.top_k
+                # top_k 0, not left out, for "no top-k": transformers then takes the model's generation_config or its
+                # own default (50), a cut the caller did not ask for and DAPO's rollouts do not make
+                kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
+                              top_k=sampling.top_k if sampling.top_k > 0 else 0)
             if sampling.stop:
                 kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tok.tok)
             if sampling.seed is not None:

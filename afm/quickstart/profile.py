@@ -152,20 +152,19 @@ FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, r
 # (168M of its 268M weights) frozen: the same losses step by step as a full fine-tune over the first steps (2.11,
 # 1.65, 0.96, 0.63 vs 2.11, 1.64, 0.94, 0.61) at 1.35x the steps per second and 37% of the trainable weights (their
 # gradients and Adam state). Its rows are up to ~560 Gemma tokens, so the cutoff is 1024.
-# RL: the SFT'd Gemma reads the census page on every held-out lookup question (greedy: 40%, the towns whose census
-# is current) and, at temperature 0.7, on all 4 samples of 7 of the 8 RL questions (all right: their census was
-# current) and of the eighth (all wrong): no group DAPO could learn from. So 32 RL questions (about half with a stale
-# census), sampled at temperature 1.0. Measured there too: 110 of 110 samples read the census page, because seed 0's
-# 12 lookup demonstrations were all census reads (the teacher's shortcut, 0.8 a run): the own page is a route Gemma
-# never saw, and the quickstart skips DAPO with that reason. So twice the lookup train questions (24; the other
-# families 12): with the teacher's shortcut in 0.8 of its runs, none of 24 reads the own page in 0.5% of seeds (0.8^24; of 12:
-# 7%), and the kept demonstrations hold the own page's route about 1 time in 3, as the tiny student's do; ~10 more SFT
-# rows, ~2.5 minutes. DAPO's rate and steps are a first guess, not measured: a Gemma step of 16 rollouts of ~550
-# tokens is ~5 minutes on 2 cores (estimated), so 4 (16 updates: one prompt's group each), at a fifth of the SFT rate.
+# RL: greedy, the SFT'd Gemma reads the census page on every held-out lookup question (right where the census is
+# current: 40-56%). Seed 0's 12 lookup teacher runs all took the shortcut (0.8 a run; 0.8^12 = 7% of seeds), so its
+# SFT set held no read of the town's own page and DAPO had no route to reinforce: twice the lookup train questions
+# (rl_family_train_factor; 24, the other families 12) leave none in 0.5% of seeds (0.8^24), and seed 0's set then
+# holds 6 own-page reads of 16 lookup demonstrations (~1 in 3, as the tiny student's), 50 SFT rows, ~2 minutes more.
+# The RL selection samples 32 RL questions at temperature 1.0 with the whole distribution (recipe.selection_sampling:
+# DAPO's top_p 1, no top-k): 89 of 128 samples read the own page, 25 questions kept. DAPO's rate and steps are a
+# first guess: 4 steps (16 updates, one prompt's group each) at 2e-5, 0.4x the SFT rate; one step took 998 s on the
+# hf rollout (generation 514, update 350), so the RL result is not measured yet (RESULTS.md, fifteenth session).
 PRETRAINED_SETTINGS: dict[str, Any] = {
     "train_per_family": 12, "rl_family_train_factor": 2, "heldout_per_family": 25, "untrained_limit": 5,
     "sft_epochs": 3.0, "sft_lr": 5e-5, "sft_batch_size": 4, "sft_finetuning": "freeze", "sft_cutoff_len": 1024,
-    "rl_per_family": 32, "rl_temperature": 1.0, "rl_lr": 1e-5, "rl_steps": 4,
+    "rl_per_family": 32, "rl_temperature": 1.0, "rl_lr": 2e-5, "rl_steps": 4,
 }
 # DAPO's micro-batches for a pretrained student: 2 rows a forward pass. Gemma's logits are 262k wide in float32, and
 # with --local's micro-batch of the whole step (16 rows) the actor's update process held 16.4 GB and Ray's memory

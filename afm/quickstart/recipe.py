@@ -272,6 +272,16 @@ def rl_questions(world_root: Path, work: Path, families: Sequence[str] | None = 
     return out
 
 
+def selection_sampling(temperature: float) -> list[str]:
+    """``afm infer``'s sampling flags for the RL selection: the whole distribution at ``temperature``, as DAPO's
+    rollouts sample it (verl: ``TOP_P``'s 1.0, no top-k), not afm infer's defaults (top_p 0.9, top_k 20). With the
+    SFT'd Gemma's p(census page) at 0.86-0.91, top_p 0.9 cut the town's own page and 31 of 31 samples read the
+    census page: the selection saw a policy DAPO would not train (RESULTS.md, 2026-11-29 fifteenth session)."""
+    from afm.launch.rl import default as rl_default
+
+    return ["--temperature", str(temperature), "--top-p", rl_default("TOP_P"), "--top-k", "-1"]
+
+
 def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n: int,
                    temperature: float, limit: int | None = None, seed: int = 0,
                    max_questions: int | None = None, families: Sequence[str] | None = None,
@@ -292,7 +302,7 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
     sampling = WORLD_SAMPLING
     args = ["--input", str(questions), "--output", str(samples), "--id-key", "id", "--answer-key", "answer",
             "--prompt", PROMPT_KEY, *(backend or hf_backend(model)), "--tools-config", str(tools_yaml),
-            "--n", str(n), "--temperature", str(temperature), "--max-turns", str(sampling["max_turns"]),
+            "--n", str(n), *selection_sampling(temperature), "--max-turns", str(sampling["max_turns"]),
             "--max-tokens-per-turn", str(sampling["max_tokens_per_turn"]),
             "--max-response-tokens", str(sampling["max_response_tokens"]), "--seed", str(seed), "--quiet"]
     if limit:

@@ -75,21 +75,19 @@ def rl_python() -> Path:
     return python
 
 
-def rollout_engine(student: str, python: Path | None = None) -> tuple[str, str]:
-    """DAPO's rollout engine for the quickstart's ``student`` ("" is the tiny one), and why: verl's vLLM rollout
-    (vLLM's CPU build) for a pretrained student when verl's environment has vLLM, ``hf`` otherwise. On Gemma 3 270M a
-    step took 134-165 s on vLLM against 139-196 s on ``hf``, the weight push 2 s against 17-20 s (RESULTS.md,
-    2026-11-29 twelfth session); the tiny student's rollouts are a few milliseconds a token on ``hf`` and vLLM's
-    engine start would cost more than it saves."""
+def rollout_engine(student: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """DAPO's rollout engine for the quickstart (``student`` "" is the tiny one), and why: ``ROLLOUT_ENGINE`` when the
+    environment sets it, else afm's transformers rollout (``hf``). Not verl's vLLM rollout by default, though vLLM's
+    CPU build serves Gemma 3 270M's DAPO steps (RESULTS.md, 2026-11-29 twelfth session: 2 rollouts a prompt, 128
+    tokens): at the quickstart's size (4 x 4 rollouts of up to 1024 tokens) Ray's memory monitor killed 4 workers at
+    the first weight sync on a 24 GB machine (RESULTS.md, 2026-11-29 fifteenth session)."""
+    env = os.environ if env is None else env
+    if env.get("ROLLOUT_ENGINE"):
+        return env["ROLLOUT_ENGINE"], "ROLLOUT_ENGINE is set in the environment"
     if not student:
         return "hf", "the tiny student: afm's transformers rollout server, no engine to start"
-    python = python or rl_python()
-    probe = subprocess.run([str(python), "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"],
-                           capture_output=True, timeout=120)
-    if probe.returncode == 0:
-        return "vllm", "vLLM's CPU build is installed in verl's environment (verl's vLLM rollout)"
-    return "hf", ("vLLM is not installed in verl's environment (AFM_VENV=.venv-rl AFM_EXTRAS=rl,servers,sandbox,eval "
-                  "AFM_ENGINES=vllm bash scripts/install.sh installs its CPU build): afm's transformers rollout")
+    return "hf", ("afm's transformers rollout: verl's vLLM rollout (ROLLOUT_ENGINE=vllm) ran out of memory at its "
+                  "first weight sync on a 24 GB machine")
 
 
 def parse_steps(log_text: str) -> list[dict[str, float]]:
