@@ -110,6 +110,18 @@ def test_dapo_rollout_engine_says_why():
                                                                                  "environment")
 
 
+def test_dapo_precision_is_bf16_only_for_a_pretrained_student_on_a_native_bf16_cpu():
+    from afm.quickstart.rl import cpu_bf16, rl_precision
+
+    assert rl_precision("", {}, native_bf16=True)[0] == "fp32"  # the tiny student: bf16 does not pay
+    assert rl_precision("gemma3-270m", {}, native_bf16=True)[0] == "bf16"
+    assert rl_precision("gemma3-270m", {}, native_bf16=False) == (
+        "fp32", "this CPU has no native bfloat16 (no AVX512-BF16/AMX): float32 is faster")
+    assert rl_precision("", {"CPU_PRECISION": "bf16"})[0] == "bf16"
+    # the probe reads this machine's CPU (either answer is right; the quickstart reports it)
+    assert rl_precision("gemma3-270m", {})[0] == ("bf16" if cpu_bf16() else "fp32")
+
+
 def test_the_cli_refuses_full_with_a_model(capsys):
     from afm.cli import main
 

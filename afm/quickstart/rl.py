@@ -90,6 +90,30 @@ def rollout_engine(student: str, env: Mapping[str, str] | None = None) -> tuple[
                   "first weight sync on a 24 GB machine")
 
 
+def cpu_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), where bf16 matmuls beat float32's."""
+    import torch
+
+    cpu = torch.cpu
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in
+               ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+
+
+def rl_precision(student: str, env: Mapping[str, str] | None = None, *, native_bf16: bool | None = None
+                 ) -> tuple[str, str]:
+    """DAPO's CPU_PRECISION for the quickstart, and why: the environment's when set; float32 for the tiny student
+    (its matmuls are too small for bf16 to pay); bf16 for a pretrained one on a CPU that computes it natively (a
+    Gemma 3 270M forward and backward 1.6x faster, RESULTS.md 2026-11-29 sixteenth session), float32 elsewhere."""
+    env = os.environ if env is None else env
+    if env.get("CPU_PRECISION"):
+        return env["CPU_PRECISION"], "CPU_PRECISION is set in the environment"
+    if not student:
+        return "fp32", "the tiny student: its matmuls are too small for bfloat16 to pay"
+    if cpu_bf16() if native_bf16 is None else native_bf16:
+        return "bf16", "this CPU computes bfloat16 natively (AVX512-BF16/AMX): the actor's step ~1.6x float32's"
+    return "fp32", "this CPU has no native bfloat16 (no AVX512-BF16/AMX): float32 is faster"
+
+
 def parse_steps(log_text: str) -> list[dict[str, float]]:
     """verl's console metrics (``step:N - key:value - ...``) as one dict per step (numbers only)."""
     out: dict[int, dict[str, float]] = {}

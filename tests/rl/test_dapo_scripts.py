@@ -591,6 +591,27 @@ def test_ray_dashboard_is_off_on_the_cpu_unless_asked_for(tmp_path):
     assert composed("code", "--local", AFM_LOCAL_DIR=str(tmp_path)).ray_kwargs.ray_init.include_dashboard is False
 
 
+def test_cpu_precision_sets_the_actor_and_the_rollout_together(tmp_path):
+    """CPU_PRECISION: float32 by default (the rollout and the trainer agree to ~1e-6); bf16 casts the FSDP actor's
+    float32 weights to bfloat16 for its forward and backward and samples the rollout in bfloat16, for both engines;
+    the master weights stay float32. A GPU run is untouched (verl's own mixed precision)."""
+    def precision(cfg):
+        a = cfg.actor_rollout_ref
+        return a.actor.fsdp_config.model_dtype, a.actor.fsdp_config.mixed_precision.param_dtype, a.rollout.dtype
+
+    local = composed("code", "--local", AFM_LOCAL_DIR=str(tmp_path))
+    assert precision(local) == ("fp32", "fp32", "float32")
+    bf16 = composed("code", "--local", AFM_LOCAL_DIR=str(tmp_path), CPU_PRECISION="bf16")
+    verl_validate(bf16)
+    assert precision(bf16) == ("fp32", "bf16", "bfloat16")
+    vllm = composed("code", "--local", AFM_LOCAL_DIR=str(tmp_path), CPU_PRECISION="bf16", ROLLOUT_ENGINE="vllm")
+    assert precision(vllm) == ("fp32", "bf16", "bfloat16")
+    gpu = dry_run_overrides("web", GPUS_PER_NODE="8", CPU_PRECISION="bf16")
+    assert not any("rollout.dtype=" in o or "mixed_precision.param_dtype=" in o for o in gpu)
+    res = run_script("code", "--dry-run", "--local", AFM_LOCAL_DIR=str(tmp_path), CPU_PRECISION="fp16")
+    assert res.returncode != 0 and "CPU_PRECISION" in res.stderr + res.stdout
+
+
 def test_local_lr_is_for_the_toy_policy_only(tmp_path):
     """--local's 1e-4 suits the toy policy trained from scratch; a pretrained MODEL_PATH gets the original recipe's
     ACTOR_LR 1e-6 (Gemma 3 270M at 1e-4: entropy 3.09 -> 0.90, responses 107 -> 38 tokens in 2 steps); LR wins."""

@@ -148,6 +148,34 @@ def test_load_weights_moves_the_served_model(engine, tiny_model):
         engine.load_weights([("model.norm.weight", torch.zeros(3))])
 
 
+def test_a_bf16_engine_samples_and_takes_float32_weights(tiny_model):
+    """CPU_PRECISION=bf16: the rollout's dtype is rollout.dtype (the launcher sets it on the CPU); a bfloat16 engine
+    samples, its log-probs are the tempered distribution of its own bfloat16 logits, and the trainer's float32 push
+    lands as the bfloat16 of those weights."""
+    from transformers import AutoModelForCausalLM
+
+    from afm.rl.local.hf_rollout import rollout_dtype
+
+    assert rollout_dtype("float32") == "float32" and rollout_dtype("bf16") == "bfloat16"
+    assert rollout_dtype(None) == "bfloat16"  # verl's default: afm's launcher always sets it on the CPU
+    engine = HFEngine(str(tiny_model), max_model_len=256, seed=0, dtype=rollout_dtype("bfloat16"))
+    assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    prompt = _prompt(engine, "Question:")
+    res = asyncio.run(engine.generate(prompt, {"max_tokens": 4, "temperature": 0.7, "logprobs": 1,
+                                               "ignore_eos": True}))
+    assert len(res.ids) == 4
+    with torch.no_grad():
+        logits = engine.model(input_ids=torch.tensor([prompt])).logits[0, -1].float()
+    assert res.logprobs[0] == pytest.approx(float(torch.log_softmax(logits / 0.7, -1)[res.ids[0]]), abs=1e-3)
+    other = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.01)
+    engine.load_weights(other.state_dict().items())
+    served = dict(engine.model.named_parameters())["model.norm.weight"]
+    assert torch.equal(served, other.state_dict()["model.norm.weight"].to(torch.bfloat16))
+
+
 def test_plugin_registers_in_a_fresh_process():
     """Installing afm is enough: `import verl` loads the plugin (entry point), which registers hf lazily."""
     code = (

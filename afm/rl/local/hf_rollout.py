@@ -12,7 +12,8 @@ Three pieces, each the counterpart of verl's vLLM classes (``verl/workers/rollou
   ``_ROLLOUT_REGISTRY`` as ``("hf", "async")``): verl's checkpoint engine hands it the actor's weights after every
   step and it pushes them to its server in buckets of ``checkpoint_engine.update_weights_bucket_megabytes``.
 
-Devices: on the ``cpu`` platform the model runs in float32 on the CPU; with CUDA it runs on the trainer rank's GPU
+Devices: on the ``cpu`` platform the model runs on the CPU in ``rollout.dtype`` (the launcher's CPU_PRECISION:
+float32 by default); with CUDA it runs on the trainer rank's GPU
 in ``rollout.dtype`` and, with ``rollout.free_cache_engine`` (the default), moves to host memory while the trainer
 updates (``sleep``) and back for generation (``wake_up``), so one GPU holds either the trainer's working set or the
 rollout's, as with vLLM's sleep mode.
@@ -48,6 +49,14 @@ def _rollout_device() -> str:
     return "cuda" if get_device_name() == "cuda" and torch.cuda.is_available() else "cpu"
 
 
+def rollout_dtype(configured: Any) -> str:
+    """The engine's dtype: ``rollout.dtype`` (verl's default bfloat16), on the CPU too. afm's launcher sets it on the
+    CPU from CPU_PRECISION together with the FSDP actor's compute dtype (float32 unless CPU_PRECISION=bf16), so the
+    rollout samples in the precision the trainer recomputes its log-probs in."""
+    value = str(configured or "bfloat16")
+    return {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(value, value)
+
+
 class HFRolloutServer:
     """The server actor of one ``hf`` replica (see the module docstring)."""
 
@@ -71,7 +80,7 @@ class HFRolloutServer:
     async def launch_server(self, **_: Any) -> None:
         """Load the model (the trainer's starting weights; every step's push replaces them)."""
         device = _rollout_device()
-        dtype = "float32" if device == "cpu" else str(getattr(self.config, "dtype", "bfloat16"))
+        dtype = rollout_dtype(getattr(self.config, "dtype", None))
         override = dict(getattr(self.model_config, "override_config", None) or {})
         max_len = int(getattr(self.config, "max_model_len", None) or
                       (int(self.config.prompt_length) + int(self.config.response_length)))
