@@ -122,6 +122,16 @@ def test_dapo_precision_is_bf16_only_for_a_pretrained_student_on_a_native_bf16_c
     assert rl_precision("gemma3-270m", {})[0] == ("bf16" if cpu_bf16() else "fp32")
 
 
+def test_dapo_threads_are_every_core_for_a_pretrained_student_only():
+    import os
+
+    from afm.quickstart.rl import rl_threads
+
+    assert rl_threads("", {})[0] == "1"
+    assert rl_threads("gemma3-270m", {})[0] == str(len(os.sched_getaffinity(0)))
+    assert rl_threads("gemma3-270m", {"OMP_NUM_THREADS": "3"}) == ("3", "OMP_NUM_THREADS is set in the environment")
+
+
 def test_the_cli_refuses_full_with_a_model(capsys):
     from afm.cli import main
 

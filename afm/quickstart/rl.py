@@ -114,6 +114,21 @@ def rl_precision(student: str, env: Mapping[str, str] | None = None, *, native_b
     return "fp32", "this CPU has no native bfloat16 (no AVX512-BF16/AMX): float32 is faster"
 
 
+def rl_threads(student: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """OMP_NUM_THREADS of DAPO's trainer and rollout processes, and why: the environment's when set; one for the tiny
+    student (the launcher's CPU default: its small matmuls gain nothing from a second thread, whose spin-waits
+    slowed the builds beside other work); every core this process may use for a pretrained one, whose rollout and
+    update take turns in the sync trainer and each ran on one core of two otherwise (RESULTS.md 2026-11-29 sixteenth
+    session)."""
+    env = os.environ if env is None else env
+    if env.get("OMP_NUM_THREADS"):
+        return env["OMP_NUM_THREADS"], "OMP_NUM_THREADS is set in the environment"
+    if not student:
+        return "1", "the tiny student: one thread a process, the CPU launch's default"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return str(cores), f"every core of this machine ({cores}): the rollout and the update take turns"
+
+
 def parse_steps(log_text: str) -> list[dict[str, float]]:
     """verl's console metrics (``step:N - key:value - ...``) as one dict per step (numbers only)."""
     out: dict[int, dict[str, float]] = {}

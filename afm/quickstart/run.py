@@ -86,7 +86,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         train_rl,
         train_sft,
     )
-    from afm.quickstart.rl import GroupsFiltered, rl_precision, rollout_engine
+    from afm.quickstart.rl import GroupsFiltered, rl_precision, rl_threads, rollout_engine
     from afm.quickstart.servers import DemoServers
     from afm.quickstart.student import lf_template, pretrained_dir
     from afm.quickstart.summary import rename_families, stage_summary, table, write_report
@@ -159,7 +159,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         turn_end["sft"] = _turn_end(sft, runs["sft"])
         seconds["eval_sft"] = time.monotonic() - t
 
-        dapo, rl_skipped, rollout, precision = None, "", ("", ""), ("", "")
+        dapo, rl_skipped = None, ""
+        rollout = precision = threads = ("", "")
         if rl:
             meant = f" The RL set is the {target} questions: RL is meant to fix them: {target_why}" if target else ""
             exit_signals.check()
@@ -192,14 +193,16 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         elif rl:
             exit_signals.check()
             rollout = rollout_engine(profile.student)
-            precision = rl_precision(profile.student)
+            precision, threads = rl_precision(profile.student), rl_threads(profile.student)
             print(f"[7/8] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, {rollout[0]} rollout: "
-                  f"{rollout[1]}; {precision[0]}: {precision[1]}; afm_agent loop, the same tools)", flush=True)
+                  f"{rollout[1]}; {precision[0]}: {precision[1]}; {threads[0]} thread(s) a process: {threads[1]}; "
+                  "afm_agent loop, the same tools)", flush=True)
             t = time.monotonic()
             try:
                 dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps, lr=profile.rl_lr,
                                 knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(), "TEMPERATURE": profile.rl_temperature,
                                        "ROLLOUT_ENGINE": rollout[0], "CPU_PRECISION": precision[0],
+                                       "OMP_NUM_THREADS": threads[0],
                                        # verl's dump of every rollout, for the trajectory viewer (view.html)
                                        "ROLLOUT_DATA_DIR": str(work / "rl" / "rollouts"),
                                        **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch),
@@ -241,9 +244,9 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                           "eval_engine_why": engine.why}
     if rollout[0]:
         summary["student"].update(rl_rollout=rollout[0], rl_rollout_why=rollout[1], rl_precision=precision[0],
-                                  rl_precision_why=precision[1])
+                                  rl_precision_why=precision[1], rl_threads=threads[0], rl_threads_why=threads[1])
         notes.append(f"DAPO's rollouts on `{rollout[0]}` ({rollout[1]}); actor and rollout in {precision[0]} "
-                     f"({precision[1]})")
+                     f"({precision[1]}), {threads[0]} thread(s) a process ({threads[1]})")
     if dapo is not None:
         summary["rl_reward"] = dapo.curve("critic/score/mean")
         summary["models"]["rl"] = str(dapo.model)
