@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from afm.cli import main
 from afm.trajectory import format_observation
@@ -107,7 +108,14 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
         gain = summary["comparisons"]["rl_vs_sft"]["lookup"]
         assert gain["diff"] > 0, (stages, summary["comparisons"]["rl_vs_sft"])
         # the profile's PPO mini-batch (one prompt: several updates a step) reached verl's config
-        assert "actor_rollout_ref.actor.ppo_mini_batch_size=1 " in (tmp_path / "qs" / "rl" / "dapo.log").read_text()
+        dapo_log = (tmp_path / "qs" / "rl" / "dapo.log").read_text()
+        assert "actor_rollout_ref.actor.ppo_mini_batch_size=1 " in dapo_log
+        # the rollouts' turns are the evaluations' (one generation capped as afm eval caps it)
+        loops = tmp_path / "qs" / "rl" / "agent_loops.yaml"
+        assert f"agent_loop_config_path={loops} " in dapo_log
+        from afm.eval.datasets import WORLD_SAMPLING
+
+        assert yaml.safe_load(loops.read_text())[0]["max_tokens_per_turn"] == WORLD_SAMPLING["max_tokens_per_turn"]
         import torch
         from safetensors.torch import load_file
 

@@ -103,6 +103,17 @@ def test_verl_tools_yaml_takes_the_demo_servers_settings():
         verl_tools_yaml({"tools": [{"name": "calculator"}]})
 
 
+def test_agent_loops_yaml_caps_one_generation_and_keeps_the_rest():
+    from afm.quickstart.rl import AGENT_LOOPS, agent_loops_yaml
+
+    doc = agent_loops_yaml(160)
+    base = yaml.safe_load(AGENT_LOOPS.read_text())
+    assert base[0]["name"] == "afm_agent" and base[0]["max_tokens_per_turn"] is None
+    assert doc[0]["max_tokens_per_turn"] == 160
+    assert {k: v for k, v in doc[0].items() if k != "max_tokens_per_turn"} == \
+        {k: v for k, v in base[0].items() if k != "max_tokens_per_turn"}
+
+
 def test_parse_steps_reads_verl_console_metrics():
     log = ("(TaskRunner pid=1) step:1 - critic/score/mean:0.25 - actor/lr:0.0001 - note:text\n"
            "noise\n(TaskRunner pid=1) step:2 - critic/score/mean:0.5\n"

@@ -329,12 +329,14 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
 def train_rl(model: Path, parquet: Path, servers: Any, work: Path, *, steps: int, lr: float,
              knobs: dict[str, Any] | None = None) -> Any:
     """DAPO from ``model`` on ``parquet`` through verl's real trainer (``--local``: CPU, hf rollout) with the world's
-    tools, the profile's :data:`~afm.quickstart.profile.RL_KNOBS` and learning rate ``lr``; returns
+    tools, the profile's :data:`~afm.quickstart.profile.RL_KNOBS`, the evaluations' cap on one generation and
+    learning rate ``lr``; returns
     :class:`afm.quickstart.rl.DapoRun` (final HF policy, per-step metrics)."""
     from afm.quickstart.rl import run_dapo
 
     return run_dapo(model, parquet, world_tools(servers), work, task="code", steps=steps,
-                    knobs={**RL_KNOBS, "LR": lr, **(knobs or {})})
+                    knobs={**RL_KNOBS, "LR": lr, **(knobs or {})},
+                    max_tokens_per_turn=WORLD_SAMPLING["max_tokens_per_turn"])
 
 
 def accuracy(run_dir: Path) -> dict[str, float]:

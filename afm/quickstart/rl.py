@@ -24,6 +24,7 @@ from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 
 REPO = Path(__file__).resolve().parents[2]
 VERL_TOOLS = REPO / "configs" / "verl" / "tools" / "afm.yaml"
+AGENT_LOOPS = REPO / "configs" / "verl" / "agent_loops.yaml"
 _STEP = re.compile(r"step:(\d+) - (.*)")
 
 
@@ -59,6 +60,16 @@ def verl_tools_yaml(afm_tools: Mapping[str, Any], base: str | Path = VERL_TOOLS)
     if wanted:
         raise ValueError(f"{base} has no entry for tool(s) {sorted(wanted)}")
     return {"tools": entries}
+
+
+def agent_loops_yaml(max_tokens_per_turn: int, base: str | Path = AGENT_LOOPS) -> list[dict[str, Any]]:
+    """verl's agent-loop yaml (``base``) with ``afm_agent``'s cap on one generation set: the RL rollouts then take
+    the turns the evaluations take (without it a turn may use the whole response budget, which the evaluations
+    never allow)."""
+    doc = yaml.safe_load(Path(base).read_text())
+    entry = next(e for e in doc if e.get("name") == "afm_agent")
+    entry["max_tokens_per_turn"] = int(max_tokens_per_turn)
+    return doc
 
 
 def rl_python() -> Path:
@@ -178,11 +189,12 @@ def dapo_failure(text: str, log: Path, code: int) -> RuntimeError:
 
 def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str, Any], work: str | Path, *,
              task: str = "code", steps: int, knobs: Mapping[str, Any] | None = None,
-             echo: bool = True) -> DapoRun:
+             max_tokens_per_turn: int | None = None, echo: bool = True) -> DapoRun:
     """``bash experiments/train_dapo_<task>.sh --local`` from ``model`` on ``train_files`` with the given tools.
 
     ``knobs`` are the script's environment knobs (``ROLLOUT_N``, ``MAX_RESPONSE_LENGTH``, ``LR``, ...); the local
-    profile fills the rest. Raises with the log's tail when the run fails.
+    profile fills the rest. ``max_tokens_per_turn`` caps one generation of ``afm_agent`` (:func:`agent_loops_yaml`;
+    None: the response budget). Raises with the log's tail when the run fails.
     """
     work = Path(work).absolute()
     work.mkdir(parents=True, exist_ok=True)
@@ -197,6 +209,10 @@ def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str,
                 "AFM_LOCAL_DIR": str(work), "TOTAL_TRAINING_STEPS": str(steps), "SAVE_FREQ": str(steps),
                 "SAVE_HF_MODEL": "true", "PYTHON": str(python), "RAY_DEDUP_LOGS": "0",
                 "EXPERIMENT_NAME": "quickstart_rl"})
+    if max_tokens_per_turn:
+        loops = work / "agent_loops.yaml"
+        loops.write_text(yaml.safe_dump(agent_loops_yaml(max_tokens_per_turn), sort_keys=False))
+        env["AGENT_LOOP_CONFIG"] = str(loops)
     env.update({k: str(v) for k, v in (knobs or {}).items()})
     log = work / "dapo.log"
     cmd = ["bash", str(REPO / "experiments" / f"train_dapo_{task}_agent.sh"), "--local"]
