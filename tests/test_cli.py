@@ -173,6 +173,38 @@ def test_a_dapo_run_stopped_by_the_refill_cap_is_reported_not_raised(tmp_path):
     other = dapo_failure("Traceback\nValueError: bad config\n", log, 2)
     assert type(other) is RuntimeError and "exit 2" in str(other) and "bad config" in str(other)
     assert rl_refill_cap({}) == "30" and rl_refill_cap({"MAX_NUM_GEN_BATCHES": "0"}) == "0"
+    from afm.quickstart.profile import profile_from_args
+
+    gemma = profile_from_args(student="gemma3-270m")
+    assert rl_refill_cap({}, gemma) == str(gemma.rl_refill_cap) != "30"
+
+
+def test_a_stopped_dapo_run_leaves_its_newest_checkpoint_as_the_rl_policy(tmp_path):
+    """A run that saves every step (a pretrained student's profile: rl_save_every) and is stopped by the refill cap
+    in step 3 is evaluated from step 2's checkpoint, with the metrics of steps 1-2; a run that saved nothing (the
+    tiny student's: one save at the last step) leaves no policy, and the quickstart reports RL as skipped."""
+    from afm.quickstart.profile import DEFAULT, profile_from_args
+    from afm.quickstart.rl import GroupsFiltered, stopped_dapo
+    from afm.quickstart.run import rl_checkpoint_knobs
+
+    assert rl_checkpoint_knobs(DEFAULT) == {}
+    assert rl_checkpoint_knobs(profile_from_args(student="gemma3-270m")) == {"SAVE_FREQ": 1, "MAX_CKPT_TO_KEEP": 1}
+    work = tmp_path / "rl"
+    log = work / "dapo.log"
+    log.parent.mkdir()
+    log.write_text("step:1 - critic/score/mean:0.5 - actor/grad_norm:0.7\n"
+                   "step:2 - critic/score/mean:0.75 - actor/grad_norm:0.6\n"
+                   "step:3 - critic/score/mean:0.0 - actor/grad_norm:0.1\n"
+                   "afm.rl.local.patches.TooManyFilteredGroups: DAPO's group filter dropped 16 groups in step 4\n")
+    stop = GroupsFiltered("DAPO's group filter dropped 16 groups in step 4", log)
+    assert stopped_dapo(work, stop) is None  # nothing saved
+    hf = work / "checkpoints" / "global_step_2" / "actor" / "huggingface"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text("{}")
+    (work / "checkpoints" / "global_step_1" / "actor").mkdir(parents=True)  # an older one, its HF folder removed
+    run = stopped_dapo(work, stop)
+    assert run is not None and run.model == hf and run.log == log
+    assert [s["step"] for s in run.steps] == [1.0, 2.0] and run.curve("critic/score/mean") == [(1, 0.5), (2, 0.75)]
 
 
 def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):

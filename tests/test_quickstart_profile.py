@@ -21,7 +21,7 @@ PASSED_AS = {"rl_steps": ("steps", "TOTAL_TRAINING_STEPS"), "rl_lr": ("lr", "LR"
              "sft_lr": "learning_rate", "sft_batch_size": "batch_size", "student_width": "hidden_size",
              "student_layers": "num_layers", "student_kv_heads": "num_kv_heads", "STUDENT_VOCAB": "vocab_size",
              "STUDENT_HEADS": "num_heads", "TEACHER_MISTAKE_RATE": "mistake_rate",
-             "TEACHER_MISS_RATE": "miss_rate", "RL_REFILL_CAP": "MAX_NUM_GEN_BATCHES",
+             "TEACHER_MISS_RATE": "miss_rate", "rl_refill_cap": "MAX_NUM_GEN_BATCHES", "rl_save_every": "SAVE_FREQ",
              "rl_temperature": ("temperature", "TEMPERATURE")}
 
 

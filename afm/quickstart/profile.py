@@ -92,6 +92,14 @@ class Profile:
     # the sampling temperature of the RL selection and of DAPO's rollouts (the evaluations are greedy): 0.7 in the
     # shortcut world (see SHORTCUT_SETTINGS), 1.0 in the plain one
     rl_temperature: float = 0.7
+    # MAX_NUM_GEN_BATCHES of the quickstart's DAPO (the environment's wins): batches of groups the filter may drop in
+    # one step before the run stops. A tiny SFT policy solves most selected questions in all or none of its samples,
+    # so a step may need many refills to find 4 groups that carry a gradient; the RL scripts' own default
+    # (afm.launch.rl) stopped such runs (RESULTS.md). A pretrained student's: PRETRAINED_SETTINGS
+    rl_refill_cap: int = 30
+    # a DAPO checkpoint every N steps, only the newest kept (0: at the last step only); when the refill cap stops the
+    # run, the quickstart evaluates the newest one (afm.quickstart.rl.stopped_dapo) instead of no RL policy at all
+    rl_save_every: int = 0
     # the teacher-shortcut world (afm.quickstart.world): the teacher reads a stale census page for lookup, SFT copies
     # the habit, the RL set is the lookup questions and DAPO removes it (RESULTS.md, 2026-11-27); --no-teacher-shortcut
     # is the plain world, where every family reaches ~100% after SFT and RL has nothing to fix
@@ -167,6 +175,7 @@ PRETRAINED_SETTINGS: dict[str, Any] = {
     "train_per_family": 12, "rl_family_train_factor": 2, "heldout_per_family": 25, "untrained_limit": 5,
     "sft_epochs": 3.0, "sft_lr": 5e-5, "sft_batch_size": 4, "sft_finetuning": "freeze", "sft_cutoff_len": 1024,
     "rl_per_family": 32, "rl_temperature": 1.0, "rl_lr": 2e-6, "rl_mini_batch": 4, "rl_steps": 4,
+    "rl_refill_cap": 4, "rl_save_every": 1,
 }
 # DAPO's micro-batches for a pretrained student: 2 rows a forward pass. Gemma's logits are 262k wide in float32, and
 # with --local's micro-batch of the whole step (16 rows) the actor's update process held 16.4 GB and Ray's memory
@@ -188,10 +197,6 @@ TURN_END_PROBES = 8
 RL_KNOBS = {"TRAIN_BATCH_SIZE": 4, "MINI_BATCH_SIZE": 4, "ROLLOUT_N": 4, "MAX_PROMPT_LENGTH": 192,
             "MAX_RESPONSE_LENGTH": WORLD_SAMPLING["max_response_tokens"], "MAX_TURNS": WORLD_SAMPLING["max_turns"],
             "MAX_OBS_CHARS": 1024}
-# MAX_NUM_GEN_BATCHES of the quickstart's DAPO, unless the environment sets it. A tiny SFT policy solves most selected
-# questions in all or none of its samples, so a step may need many refills to find 4 groups that carry a gradient;
-# the RL scripts' own default (afm.launch.rl) stopped such runs (RESULTS.md)
-RL_REFILL_CAP = 30
 
 
 def profile_from_args(full: bool = False, **overrides: Any) -> Profile:

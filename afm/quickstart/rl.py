@@ -177,6 +177,21 @@ class GroupsFiltered(RuntimeError):
         self.log = log
 
 
+def stopped_dapo(work: str | Path, stop: GroupsFiltered) -> DapoRun | None:
+    """What a DAPO run that the refill cap stopped (``stop``) left in ``work``: its newest Hugging Face checkpoint
+    and the metrics of the steps up to that checkpoint, or None when it saved none (a run that checkpoints only at
+    its last step, :func:`run_dapo`'s default)."""
+    try:
+        model = latest_hf_checkpoint(Path(work) / "checkpoints")
+    except FileNotFoundError:
+        return None
+    saved = int(model.parent.parent.name.rsplit("_", 1)[-1])  # global_step_N/actor/huggingface
+    steps = [s for s in parse_steps(stop.log.read_text(errors="replace")) if s["step"] <= saved]
+    if not steps:
+        return None
+    return DapoRun(model=model, steps=steps, log=stop.log)
+
+
 def dapo_failure(text: str, log: Path, code: int) -> RuntimeError:
     """The error for a DAPO run that exited with ``code``: :class:`GroupsFiltered` when afm's refill cap stopped
     it (``afm.rl.local.patches.TooManyFilteredGroups``), else the log's tail."""

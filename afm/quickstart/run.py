@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, RL_REFILL_CAP, Profile
+from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, Profile
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -86,7 +86,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         train_rl,
         train_sft,
     )
-    from afm.quickstart.rl import GroupsFiltered, rl_precision, rl_threads, rollout_engine
+    from afm.quickstart.rl import GroupsFiltered, rl_precision, rl_threads, rollout_engine, stopped_dapo
     from afm.quickstart.servers import DemoServers
     from afm.quickstart.student import lf_template, pretrained_dir
     from afm.quickstart.summary import rename_families, stage_summary, table, write_report
@@ -159,7 +159,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         turn_end["sft"] = _turn_end(sft, runs["sft"])
         seconds["eval_sft"] = time.monotonic() - t
 
-        dapo, rl_skipped = None, ""
+        dapo, rl_skipped, rl_stopped = None, "", ""
         rollout = precision = threads = ("", "")
         if rl:
             meant = f" The RL set is the {target} questions: RL is meant to fix them: {target_why}" if target else ""
@@ -200,16 +200,23 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             t = time.monotonic()
             try:
                 dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps, lr=profile.rl_lr,
-                                knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(), "TEMPERATURE": profile.rl_temperature,
+                                knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(profile=profile), "TEMPERATURE": profile.rl_temperature,
                                        "ROLLOUT_ENGINE": rollout[0], "CPU_PRECISION": precision[0],
                                        "OMP_NUM_THREADS": threads[0],
                                        # verl's dump of every rollout, for the trajectory viewer (view.html)
                                        "ROLLOUT_DATA_DIR": str(work / "rl" / "rollouts"),
                                        **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch),
+                                       **rl_checkpoint_knobs(profile),
                                        **(PRETRAINED_RL_KNOBS if profile.student else {})})
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
-                rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
-                print(f"      {rl_skipped}", flush=True)
+                dapo = stopped_dapo(work / "rl", exc)
+                if dapo is None:
+                    rl_skipped = f"DAPO stopped: {exc} (log {exc.log})"
+                    print(f"      {rl_skipped}", flush=True)
+                else:
+                    rl_stopped = (f"DAPO stopped after step {dapo.steps[-1]['step']:.0f} of {profile.rl_steps}: {exc} "
+                                  f"(log {exc.log}); the RL policy is that step's checkpoint")
+                    print(f"      {rl_stopped}", flush=True)
             seconds["rl"] = time.monotonic() - t
         if dapo is not None:
             reward = dapo.curve("critic/score/mean")
@@ -250,6 +257,9 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     if dapo is not None:
         summary["rl_reward"] = dapo.curve("critic/score/mean")
         summary["models"]["rl"] = str(dapo.model)
+    if rl_stopped:
+        summary["rl_stopped"] = rl_stopped
+        notes.append(rl_stopped)
     if rl_skipped:
         summary["rl_skipped"] = rl_skipped
         notes.append(f"RL skipped: {rl_skipped}")
@@ -309,13 +319,22 @@ def rl_batch_knobs(kept: int, mini_batch: int) -> dict[str, int]:
     return {"TRAIN_BATCH_SIZE": batch, "MINI_BATCH_SIZE": max(1, min(mini_batch, batch))}
 
 
-def rl_refill_cap(env: dict[str, str] | None = None) -> str:
-    """``MAX_NUM_GEN_BATCHES`` for the quickstart's DAPO: the environment's, else the profile's
-    :data:`~afm.quickstart.profile.RL_REFILL_CAP` (why it is not the RL scripts' default: there)."""
+def rl_refill_cap(env: dict[str, str] | None = None, profile: Profile = DEFAULT) -> str:
+    """``MAX_NUM_GEN_BATCHES`` for the quickstart's DAPO: the environment's, else the profile's ``rl_refill_cap``
+    (why it is not the RL scripts' default: there)."""
     import os
 
     env = os.environ if env is None else env
-    return str(env.get("MAX_NUM_GEN_BATCHES") or RL_REFILL_CAP)
+    return str(env.get("MAX_NUM_GEN_BATCHES") or profile.rl_refill_cap)
+
+
+def rl_checkpoint_knobs(profile: Profile) -> dict[str, int]:
+    """``SAVE_FREQ`` / ``MAX_CKPT_TO_KEEP`` of the quickstart's DAPO: a checkpoint every ``rl_save_every`` steps, only
+    the newest kept, so that a run the refill cap stops still leaves a policy (``{}``: verl's save at the last step,
+    :func:`afm.quickstart.rl.run_dapo`'s default)."""
+    if profile.rl_save_every <= 0:
+        return {}
+    return {"SAVE_FREQ": profile.rl_save_every, "MAX_CKPT_TO_KEEP": 1}
 
 
 MAX_SELECTION_GROWTH = 4  # RL selection samples at most this many times profile.rl_samples per question
