@@ -166,15 +166,19 @@ FULL = Profile(train_per_family=1500, rl_per_family=40, heldout_per_family=60, r
 # (rl_family_train_factor; 24, the other families 12) leave none in 0.5% of seeds (0.8^24), and seed 0's set then
 # holds 6 own-page reads of 16 lookup demonstrations (~1 in 3, as the tiny student's), 50 SFT rows, ~2 minutes more.
 # The RL selection samples 32 RL questions at temperature 1.0 with the whole distribution (recipe.selection_sampling:
-# DAPO's top_p 1, no top-k): 89 of 128 samples read the own page, 25 questions kept. DAPO's rate: 4 steps of 16
-# updates (one prompt's group each) at 2e-5 collapsed Gemma onto the RL family's tools (RESULTS.md, sixteenth
-# session: every held-out question answered with web_search, macro 88% -> 4%, lookup 56% -> 16%, though the rollouts
-# moved to the own page, 6/16 -> 14/16 at step 2). Now one update a step (rl_mini_batch 4: the whole group batch) at
-# 2e-6, 40x less movement: not measured yet.
+# DAPO's top_p 1, no top-k): 89 of 128 samples read the own page, 25 questions kept. DAPO's rate (RESULTS.md, 2026-11-29
+# seventeenth session): 4 steps of one update each (rl_mini_batch 4: the step's whole batch of groups) at 1e-6 moved
+# the greedy route to the own page on 22 of 25 held-out towns, lookup 56% -> 84% [+8, +48], the other families
+# unchanged. Adam's first steps move every weight by ~lr along the sign of the gradient, and for Gemma that direction
+# is what breaks: one update at 1e-5 moved the route on all 25 towns but broke the closing tags (P('crawl' | '</')
+# 1.00 -> 0.00: it wrote `</44405>`), lookup 0%, where random signs of 1e-5 leave the tags at 1.00; 16 one-group
+# updates at 2e-5 collapsed every family onto web_search (macro 4%). Refills: 4 batches a step (a group of Gemma
+# rollouts costs about a minute on 2 cores; after the 1e-5 step every group scored 0 and the tiny student's cap of 30
+# refilled for 35 minutes); a checkpoint every step, so a run the cap stops is still evaluated (rl.stopped_dapo).
 PRETRAINED_SETTINGS: dict[str, Any] = {
     "train_per_family": 12, "rl_family_train_factor": 2, "heldout_per_family": 25, "untrained_limit": 5,
     "sft_epochs": 3.0, "sft_lr": 5e-5, "sft_batch_size": 4, "sft_finetuning": "freeze", "sft_cutoff_len": 1024,
-    "rl_per_family": 32, "rl_temperature": 1.0, "rl_lr": 2e-6, "rl_mini_batch": 4, "rl_steps": 4,
+    "rl_per_family": 32, "rl_temperature": 1.0, "rl_lr": 1e-6, "rl_mini_batch": 4, "rl_steps": 4,
     "rl_refill_cap": 4, "rl_save_every": 1,
 }
 # DAPO's micro-batches for a pretrained student: 2 rows a forward pass. Gemma's logits are 262k wide in float32, and
