@@ -220,6 +220,28 @@ def test_cpu_process_group_backend():
         torch.distributed.distributed_c10d.BackendConfig("cpu:gloo,cpu:gloo")
 
 
+def test_a_one_process_group_whose_port_was_taken_moves_to_a_free_one():
+    """verl picks the master port, then torch listens on it; when another process took it in between (EADDRINUSE),
+    a one-process group starts on a new port (nobody else uses its store); a group of two ranks still fails."""
+    code = (
+        "import os, socket, torch.distributed as dist\n"
+        "taken = socket.socket(); taken.bind(('127.0.0.1', 0)); taken.listen()\n"
+        "port = str(taken.getsockname()[1])\n"
+        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=port, RANK='0', WORLD_SIZE=os.environ['WS'])\n"
+        "from verl.utils.distributed import initialize_global_process_group_ray\n"
+        "try:\n"
+        "    initialize_global_process_group_ray(timeout_second=20)\n"
+        "except Exception as exc:\n"
+        "    print('failed', 'EADDRINUSE' in str(exc) or 'in use' in str(exc)); raise SystemExit(0)\n"
+        "print('started', os.environ['MASTER_PORT'] != port, dist.get_world_size())\n"
+    )
+    for ws, want in (("1", ["started", "True", "1"]), ("2", ["failed", "True"])):
+        env = {**os.environ, "VERL_PLATFORM": "cpu", "WS": ws}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.split() == want, (ws, out.stdout, out.stderr[-2000:])
+
+
 def test_patches_refuse_a_changed_verl():
     """Each patch checks the verl code it works around; a verl whose code moved makes it fail, not run unpatched."""
     fake = types.ModuleType("fake_distributed")

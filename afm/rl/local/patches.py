@@ -49,6 +49,27 @@ def _check_source(fn: Any, mark: str, where: str) -> None:
                            "(afm.rl.local.patches supports verl 0.9.x): update the patch before training")
 
 
+# A process group of one process whose master port was taken between verl's choice (a bind to port 0 in the
+# ephemeral range) and torch's listen: on a busy machine another process's outgoing connection can get that port
+# (seen once in a full test run: EADDRINUSE at a resumed run's start). Nobody else connects to a one-process group's
+# store, so it may move to a new port; a group of several ranks may not (they share MASTER_PORT) and still fails.
+PORT_RETRIES = 3
+
+
+def _retry_on_a_new_port(exc: BaseException) -> bool:
+    """Whether ``exc`` is a taken master port of a one-process group; if so, point MASTER_PORT at a free port."""
+    if "EADDRINUSE" not in str(exc) and "address already in use" not in str(exc).lower():
+        return False
+    if int(os.environ.get("WORLD_SIZE", "1")) != 1 or os.environ.get("DIST_INIT_METHOD"):
+        return False
+    from afm.common.procs import free_port
+
+    old, os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT"), str(free_port())
+    logger.warning("afm.rl.local: the process group's master port %s was taken; retrying on %s", old,
+                   os.environ["MASTER_PORT"])
+    return True
+
+
 def patch_process_group_backend(module: ModuleType) -> None:
     """Make ``initialize_global_process_group_ray`` default to plain ``cpu:gloo`` on the cpu device.
 
@@ -68,7 +89,13 @@ def patch_process_group_backend(module: ModuleType) -> None:
     def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> Any:
         if backend is None and module.get_device_name() == "cpu":
             backend = "cpu:gloo"
-        return original(timeout_second=timeout_second, backend=backend)
+        for attempt in range(PORT_RETRIES + 1):
+            try:
+                return original(timeout_second=timeout_second, backend=backend)
+            except Exception as exc:  # torch's DistNetworkError: a RuntimeError
+                if attempt == PORT_RETRIES or not _retry_on_a_new_port(exc):
+                    raise
+        return None  # unreachable: the last attempt returns or raises
 
     initialize_global_process_group_ray.__afm_patched__ = True  # type: ignore[attr-defined]
     setattr(module, PROCESS_GROUP_FUNCTION, initialize_global_process_group_ray)
