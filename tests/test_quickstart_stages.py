@@ -77,7 +77,10 @@ def test_report_says_what_each_stage_added_and_plots_the_dapo_reward(tmp_path):
     assert "## What each stage added" in text
     assert "**RL was meant to fix `lookup`**: the teacher answers from the snippet." in text
     assert "**RL** (DAPO) on `lookup`: 50% → 100%, +50 pt [" in text and "(resolved)" in text
-    assert "`arith` +0 pt" in text
+    assert "`arith` +0 pt" in text and "stopped early" not in text
+    s["rl_stopped"] = "DAPO stopped after step 2 of 4: the group filter dropped 16 groups in step 3"
+    _, stopped = write_report(s, tmp_path / "stopped")
+    assert "- **DAPO stopped early**: DAPO stopped after step 2 of 4" in stopped.read_text()
     saved = json.loads(summary_path.read_text())
     assert {"stages", "ci", "comparisons", "tool_calls", "tokens_per_solved"} <= set(saved)
     assert saved["rl_reward"] == [[1, 0.25], [2, 0.5], [3, 0.75]]

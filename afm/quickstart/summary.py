@@ -210,6 +210,8 @@ def stage_story(summary: Mapping[str, Any]) -> list[str]:
                          f"{_diff(rows.get(fam))}.")
         others = [f for f in families(summary) if f not in (fam, "macro")]
         lines.append("- RL on the other families: " + ", ".join(f"`{f}` {_diff(rows.get(f))}" for f in others) + ".")
+        if summary.get("rl_stopped"):  # the RL row is an earlier step's checkpoint, not the profile's last step
+            lines.append(f"- **DAPO stopped early**: {summary['rl_stopped']}")
     elif summary.get("rl_skipped"):
         lines.append(f"- **RL** did not run: {summary['rl_skipped']}")
     return [*lines, ""]

@@ -71,7 +71,8 @@ def _retry_on_a_new_port(exc: BaseException) -> bool:
 
 
 def patch_process_group_backend(module: ModuleType) -> None:
-    """Make ``initialize_global_process_group_ray`` default to plain ``cpu:gloo`` on the cpu device.
+    """Make ``initialize_global_process_group_ray`` default to plain ``cpu:gloo`` on the cpu device, and move a
+    one-process group whose master port was taken to a free one (:data:`PORT_RETRIES`).
 
     Modules that import the function by name (``verl.workers.engine_workers``, ``verl.checkpoint_engine.base``)
     import it after this runs, because every verl submodule import executes ``verl/__init__`` (and so this plugin)
