@@ -42,8 +42,10 @@ ALLOWED: dict[str, set[str]] = {
     "eval": {"agent", "rewards", "trajectory", "tools", "prompts", "demo_content", "common"},
     "data": {"agent", "rewards", "trajectory", "tools", "prompts", "common"},
     "sft": {"trajectory", "launch"},  # afm.sft.knobs re-exports afm.launch.sft; the watchdog reads its variable
-    # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.model.tiny
-    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "model", "demo_content", "launch"},
+    # the toy task of the local RL profile builds its parquet with afm.data and its policy with afm.model.tiny; the
+    # CPU process-group patch takes a free port from afm.common.procs
+    "rl": {"agent", "tools", "rewards", "trajectory", "prompts", "sandbox", "data", "model", "demo_content", "launch",
+           "common"},
     # applications: the quickstart (afm/quickstart: the recipe in miniature), the CLI and the doctor sit on top
     "quickstart": {"agent", "common", "data", "eval", "launch", "model", "prompts", "servers", "offline", "rewards",
                    "tools", "trajectory", "sandbox", "demo_content", "view"},
