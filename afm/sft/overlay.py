@@ -9,7 +9,8 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
    spans (:mod:`afm.sft.masking`), and broken or truncated samples are removed before LLaMA-Factory builds (and
    packs) its rows. Counts go to :mod:`afm.sft.stats`.
 3. ``parser._parse_train_args`` refuses stages that would silently ignore the flag, and
-   ``loader._get_preprocessed_dataset`` prints and saves the mask report after each dataset.
+   ``loader._get_preprocessed_dataset`` prints and saves the mask report after each dataset; its tokenization map
+   is named without pickling the tokenizer's vocabulary (:mod:`afm.sft.map_fingerprint`).
 4. ``llamafactory.launcher.__file__`` points at :mod:`afm.sft.launcher`, so torchrun workers re-execute our
    entry point (with the patches) instead of LLaMA-Factory's.
 5. ``sort_micro_batches: true`` (SFT): ``tuner.run_sft`` is wrapped to carry the flag to the trainer, whose
@@ -46,6 +47,7 @@ from llamafactory.hparams import parser as lf_parser
 from llamafactory.hparams.data_args import DataArguments
 
 from afm.sft.compat import require_supported
+from afm.sft.map_fingerprint import fast_fingerprint_map
 from afm.sft.masking import mask_observation_labels
 from afm.sft.sorted_batches import LengthSortedStepSampler, padding_estimate
 from afm.sft.stats import STATS_DIR_ENV, MaskReport, append_stats, collect_stats, example_id
@@ -388,7 +390,15 @@ def _patch_loader() -> None:
 
     def _get_preprocessed_dataset(dataset, data_args, training_args, stage, template, tokenizer, processor=None,
                                   is_eval=False):
-        if dataset is None or not getattr(data_args, "ignore_observation", False):
+        if dataset is None:
+            return orig_get_preprocessed(dataset, data_args, training_args, stage, template, tokenizer, processor,
+                                         is_eval)
+        with fast_fingerprint_map(dataset):  # the map's cache key without pickling the vocabulary
+            return _preprocess_and_report(dataset, data_args, training_args, stage, template, tokenizer, processor,
+                                          is_eval)
+
+    def _preprocess_and_report(dataset, data_args, training_args, stage, template, tokenizer, processor, is_eval):
+        if not getattr(data_args, "ignore_observation", False):
             return orig_get_preprocessed(dataset, data_args, training_args, stage, template, tokenizer, processor,
                                          is_eval)
         stats_dir = tempfile.mkdtemp(prefix="afm-mask-stats-")
