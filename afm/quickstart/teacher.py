@@ -12,18 +12,17 @@ re-plans give self-corrected runs to upsample, and the SFT quality filter has wr
 census page, the top search result, instead of the town's own page (the shortcut RL removes). Mistakes and
 shortcuts are drawn from a hash of (seed, question, attempt), so a rerun writes the same trajectories.
 
-    with TeacherModel(seed=0) as teacher:      # its own process on 127.0.0.1; base_url = http://127.0.0.1:PORT/v1
+    with TeacherModel(seed=0) as teacher:      # a thread on 127.0.0.1; teacher.base_url = http://127.0.0.1:PORT/v1
         ...
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
-import subprocess
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -299,68 +298,22 @@ class _Server(ThreadingHTTPServer):
 
 
 class TeacherModel:
-    """The rule-based teacher served on 127.0.0.1 from its own process (``base_url`` ends in ``/v1``).
-
-    Its own process, not a thread of the caller: the distillation client (``afm data distill``, ~11k chat calls a
-    quickstart) and the teacher's handlers are both pure Python, and in one process they took turns on one GIL
-    while the machine's second core waited (benchmarks/RESULTS.md, 2026-11-29 nineteenth session). A plain
-    ``python -m afm.quickstart.teacher`` child, not multiprocessing: spawn would re-run the caller's main script."""
+    """The rule-based teacher served on 127.0.0.1 in a background thread (``base_url`` ends in ``/v1``)."""
 
     def __init__(self, seed: int = 0, mistake_rate: float = TEACHER_MISTAKE_RATE,
                  miss_rate: float = TEACHER_MISS_RATE, shortcut_rate: float = 0.0) -> None:
-        self._argv = [sys.executable, "-m", "afm.quickstart.teacher", "--seed", str(seed), "--mistake-rate",
-                      repr(mistake_rate), "--miss-rate", repr(miss_rate), "--shortcut-rate", repr(shortcut_rate)]
-        self._proc: subprocess.Popen[str] | None = None
-        self.port = 0
+        handler = type("Handler", (_Handler,), {"solver": Solver(seed, mistake_rate, miss_rate, shortcut_rate)})
+        self.server = _Server(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def __enter__(self) -> TeacherModel:
-        # the child prints its port once it listens; its stderr is the caller's, so a failure shows its traceback
-        self._proc = subprocess.Popen(self._argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-        line = self._proc.stdout.readline() if self._proc.stdout else ""
-        if not line.strip().isdigit():
-            self.__exit__()
-            raise RuntimeError(f"the demo teacher process did not start (exit {self._proc.returncode}): {line!r}")
-        self.port = int(line)
+        self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            self._proc.terminate()
-        try:
-            self._proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        if self._proc.stdout:
-            self._proc.stdout.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Serve the teacher on a free port of 127.0.0.1; print the port (one line) once listening."""
-    p = argparse.ArgumentParser(prog="python -m afm.quickstart.teacher", description=main.__doc__)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mistake-rate", type=float, default=TEACHER_MISTAKE_RATE)
-    p.add_argument("--miss-rate", type=float, default=TEACHER_MISS_RATE)
-    p.add_argument("--shortcut-rate", type=float, default=0.0)
-    args = p.parse_args(argv)
-    handler = type("Handler", (_Handler,), {"solver": Solver(args.seed, args.mistake_rate, args.miss_rate,
-                                                             args.shortcut_rate)})
-    server = _Server(("127.0.0.1", 0), handler)
-    print(server.server_address[1], flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        self.server.shutdown()
+        self.server.server_close()
