@@ -260,3 +260,24 @@ def test_the_shortcut_probe_counts_which_page_each_selection_sample_read(tmp_pat
         row(f"{own}<answer>1</answer><answer> 48213</answer>", "48213"), row("<answer>3</answer>", "48213")]) + "\n")
     assert probe.sample_routes(tmp_path / "s.jsonl") == {"census right": 1, "census wrong": 1, "no crawl wrong": 1,
                                                          "own right": 1}
+
+
+def test_a_seed_serves_the_demo_site_on_its_own_port_unless_it_is_taken(tmp_path):
+    """The site's address is in the SFT rows (every page URL): a seed's port makes two runs of it train on the same
+    rows; a port something else holds falls back to a random one (None) instead of failing the run."""
+    import socket
+
+    from afm.quickstart.servers import SITE_PORT_BASE, SITE_PORT_SPAN, DemoServers, seed_site_port
+
+    ports = {seed: seed_site_port(seed) for seed in range(4)}
+    free = {s: p for s, p in ports.items() if p is not None}  # another run of the suite may hold one
+    assert len(free) >= 3 and len(set(free.values())) == len(free), ports
+    assert all(SITE_PORT_BASE <= p < SITE_PORT_BASE + SITE_PORT_SPAN for p in free.values())
+    seed, port = next(iter(free.items()))
+    assert seed_site_port(seed) == port  # the same seed, the same port
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        assert seed_site_port(seed) is None
+    servers = DemoServers(tmp_path / "servers", site_port=port)  # not started: its settings only
+    assert servers.site == f"http://127.0.0.1:{port}"  # the URLs the teacher's pages carry

@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     """world -> distill -> filter -> convert -> untrained eval -> SFT -> SFT eval, with timings."""
     import argparse
 
-    from afm.quickstart.servers import DemoServers
+    from afm.quickstart.servers import DemoServers, seed_site_port
 
     p = argparse.ArgumentParser(prog="python -m afm.quickstart.recipe", description=__doc__.split("\n\n")[0])
     p.add_argument("workdir")
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     t: dict[str, float] = {}
     t0 = time.monotonic()
     world, root = make_world(work, args.seed, shortcut=DEFAULT.teacher_shortcut)  # the quickstart's world
-    with DemoServers(work / "servers", world=world) as servers:
+    with DemoServers(work / "servers", world=world, site_port=seed_site_port(args.seed)) as servers:
         out = distill_sft_data(root, servers, work / "distill", seed=args.seed,
                                shortcut_rate=SHORTCUT_RATE if DEFAULT.teacher_shortcut else 0.0)
         t["distill"] = time.monotonic() - t0

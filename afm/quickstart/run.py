@@ -87,7 +87,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         train_sft,
     )
     from afm.quickstart.rl import GroupsFiltered, rl_precision, rl_threads, rollout_engine, stopped_dapo
-    from afm.quickstart.servers import DemoServers
+    from afm.quickstart.servers import DemoServers, seed_site_port
     from afm.quickstart.student import lf_template, pretrained_dir
     from afm.quickstart.summary import rename_families, stage_summary, table, write_report
     from afm.quickstart.world import SHORTCUT_FAMILY, SHORTCUT_RATE, SHORTCUT_WHY
@@ -109,7 +109,11 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                                           "heldout": profile.heldout_per_family}, shortcut=profile.teacher_shortcut)
     runs: dict[str, Path] = {}
     turn_end: dict[str, dict[str, Any]] = {}
-    with DemoServers(work / "servers", world=world) as servers:
+    site_port = seed_site_port(seed)
+    if site_port is None:
+        print(f"      the demo site's port for seed {seed} is taken on 127.0.0.1: a random port, so this run's SFT rows "
+              "(their page URLs) differ from another run of the seed", flush=True)
+    with DemoServers(work / "servers", world=world, site_port=site_port) as servers:
         exit_signals.check()
         print("[2/8] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
               "solves the train split with the real tools; afm data filter; afm data convert", flush=True)

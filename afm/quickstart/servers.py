@@ -3,10 +3,30 @@ over the demo corpora or a demo world (:mod:`afm.quickstart.world`); used by the
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
 from afm.common.procs import ServerProcess, free_port
+
+# The demo site's port of a seeded run, below Linux's ephemeral range (32768-60999) where free_port() draws the others
+SITE_PORT_BASE, SITE_PORT_SPAN = 20000, 10000
+
+
+def seed_site_port(seed: int) -> int | None:
+    """The demo site's port for a run of ``seed``, or None when something on 127.0.0.1 holds it (then a random one).
+
+    The site's address is in every page URL of the teacher's trajectories, so it is in the SFT rows: with a random
+    port, two runs of one seed trained on different digits and ended differently (lookup RL - SFT +48 [+28, +68] and
+    +28 [+0, +56] on two runs of seed 0, benchmarks/RESULTS.md 2026-11-29 nineteenth session). A port of the seed
+    makes the seed the whole of the run's data."""
+    port = SITE_PORT_BASE + (seed * 7919) % SITE_PORT_SPAN
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+    return port
 
 
 class DemoServers:
