@@ -22,6 +22,9 @@ def seed_site_port(seed: int) -> int | None:
     makes the seed the whole of the run's data."""
     port = SITE_PORT_BASE + (seed * 7919) % SITE_PORT_SPAN
     with socket.socket() as s:
+        # as the site's server binds (SO_REUSEADDR): the previous run's connections left in TIME_WAIT do not hold it,
+        # a process listening there does
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -11,8 +11,8 @@ SHA-256 of its serialized backend (``tokenizers``' own JSON, ~0.08 s for Qwen2.5
 :func:`fast_fingerprint_map` passes it as ``new_fingerprint``. Everything else the processor holds (the template,
 the data arguments with afm's overlay fingerprint, the multimodal processor) is hashed as ``datasets`` would hash
 it, so a changed cutoff, template, vocabulary, overlay or LLaMA-Factory/transformers release still names a new
-cache file. A tokenizer without a
-``tokenizers`` backend (a slow one) keeps ``datasets``' own hash.
+cache file. A tokenizer without a ``tokenizers`` backend (a slow one) keeps ``datasets``' own hash. The overlay
+uses it for every dataset LLaMA-Factory tokenizes, with or without ``ignore_observation``.
 """
 
 from __future__ import annotations
