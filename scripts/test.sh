@@ -9,14 +9,17 @@
 #   AFM_SKIP_RL=1 bash scripts/test.sh ...     # only the first environment
 #   AFM_ONLY_RL=1 bash scripts/test.sh ...     # only the verl tests
 #   AFM_TEST_JOBS=1 bash scripts/test.sh ...   # one suite after the other (default: side by side, see below)
+#   AFM_TEST_WORKERS=1 bash scripts/test.sh ... # one pytest process per suite (default 2: pytest-xdist workers)
 #   AFM_RL_ENGINES=vllm bash scripts/test.sh   # also vLLM's CPU build in .venv-rl (~70 s, 3.5 GB; .ci/run does):
 #                                              # the real-vLLM tests (serving, dialect, verl's vLLM rollout) run
 #                                              # instead of skipping
-# When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done): most of
-# either suite is one process waiting on a subprocess, Ray or a server, so on 2 cores the two overlap well
-# (CI: 2437 s one after the other). Each keeps its own Ray cluster (afm.common.ray_scope), ports and temp dirs.
-# A whole-suite run also moves the recipe's test (the default quickstart, ~10 min) from the end of the first suite,
-# where it ran alone, to after the verl suite, beside the rest of the first (in .venv, as before).
+# When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done). Each
+# suite runs its files on AFM_TEST_WORKERS pytest-xdist workers (--dist loadfile: a file's tests, fixtures and servers
+# stay in one worker), the longest files first (tests/conftest.py), the miniature recipe (~7 min alone) before all:
+# most tests wait on a subprocess, Ray or a server, and one process per suite left a third of 2 cores idle. Each
+# worker keeps its own Ray cluster (afm.common.ray_scope), ports and temp dirs. With AFM_TEST_WORKERS=1 a
+# whole-suite run moves the recipe's test from the end of the first suite to after the verl suite, beside the rest
+# of the first (in .venv, as before).
 set -euo pipefail
 # --help prints this text and installs nothing (pytest's own help: .venv/bin/python -m pytest --help).
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -51,7 +54,22 @@ if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "non
     AFM_ENGINES="${AFM_RL_ENGINES:-}" bash scripts/install.sh
 fi
 if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
-run_rl_suite() { "$AFM_RL_VENV/bin/python" -m pytest "${flags[@]}" "${rl_paths[@]:-tests/rl}"; }
+workers="${AFM_TEST_WORKERS:-2}"
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "AFM_TEST_WORKERS must be a number >= 1, got '$workers'" >&2; exit 2; }
+# pytest-xdist's flags for one environment's interpreter: none with one worker, when the arguments choose their own
+# (-n, --numprocesses, -p no:xdist) or when that environment has no xdist (AFM_VENV=none: the caller's Python)
+xdist_flags() {
+  local a
+  (( workers > 1 )) || return 0
+  for a in "${flags[@]}"; do [[ "$a" == -n* || "$a" == --numprocesses* || "$a" == no:xdist ]] && return 0; done
+  if ! "$1" -c "import xdist" >/dev/null 2>&1; then
+    echo "[test] pytest-xdist is not installed for $1: one process (the dev extra installs it)" >&2
+    return 0
+  fi
+  echo "-n $workers --dist loadfile --no-loadscope-reorder"
+}
+read -r -a rl_xdist <<<"$(xdist_flags "$AFM_RL_VENV/bin/python")"
+run_rl_suite() { "$AFM_RL_VENV/bin/python" -m pytest "${rl_xdist[@]}" "${flags[@]}" "${rl_paths[@]:-tests/rl}"; }
 RECIPE_TEST="tests/test_cli.py::test_quickstart_runs_the_recipe_in_miniature"
 main_deselect=()
 # the verl suite, then the recipe's test; both run (a failure of one does not skip the other), the worse status wins.
@@ -69,7 +87,7 @@ rl_pid="" rl_log="" rl_label="tests/rl ($AFM_RL_VENV)"
 if (( run_main && run_rl )) && [[ "${AFM_TEST_JOBS:-2}" != "1" ]]; then
   rl_log="$(mktemp "${TMPDIR:-/tmp}/afm-test-rl.XXXXXX.log")"
   echo "[test] tests/rl runs beside the main suite ($AFM_RL_VENV); its output: $rl_log (printed at the end)"
-  if (( ${#main_paths[@]} + ${#rl_paths[@]} == 0 )); then
+  if (( ${#main_paths[@]} + ${#rl_paths[@]} == 0 && workers == 1 )); then
     main_deselect=(--deselect "$RECIPE_TEST") rl_label="tests/rl ($AFM_RL_VENV) and the recipe's test"
     run_rl_then_recipe >"$rl_log" 2>&1 &
   else
@@ -80,7 +98,9 @@ if (( run_main && run_rl )) && [[ "${AFM_TEST_JOBS:-2}" != "1" ]]; then
   trap '[[ -n "$rl_pid" ]] && kill -- "$rl_pid" 2>/dev/null; exit 130' INT TERM
 fi
 if (( run_main )); then
-  "$PY" -m pytest --ignore=tests/rl "${main_deselect[@]}" "${flags[@]}" "${main_paths[@]}" || status=$?
+  read -r -a main_xdist <<<"$(xdist_flags "$PY")"
+  "$PY" -m pytest "${main_xdist[@]}" --ignore=tests/rl "${main_deselect[@]}" "${flags[@]}" "${main_paths[@]}" \
+    || status=$?
 fi
 if [[ -n "$rl_pid" ]]; then
   rl_status=0

@@ -25,12 +25,47 @@ def _cuda_missing() -> str | None:
     return None
 
 
+# The files that took longest (seconds, a whole-suite run on 2 cores), heaviest first. An ordering hint for
+# pytest-xdist's workers only: a file missing here runs after these, in collection order (tests/test_suite_order.py
+# checks that every name is a file).
+HEAVY_FILES = (
+    "tests/test_sft_runs.py", "tests/test_sft_two_nodes.py", "tests/rl/test_two_nodes.py", "tests/test_sft_overlay.py",
+    "tests/rl/test_local_trainer.py", "tests/test_model_gemma.py", "tests/rl/test_vllm_rollout.py",
+    "tests/test_eval_run.py", "tests/test_infer.py", "tests/test_shell_scripts.py", "tests/test_eval_outages.py",
+    "tests/test_view.py", "tests/test_run_lock.py", "tests/test_sft_scripts.py", "tests/test_vllm_engine.py",
+    "tests/test_engines.py", "tests/rl/test_dapo_scripts.py",
+)
+
+
+def under_xdist(config) -> bool:
+    """Whether this process is one of pytest-xdist's workers (``-n N``)."""
+    return hasattr(config, "workerinput")
+
+
+def _file_of(item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Skip the tests marked ``gpu`` (pyproject markers) with a reason when no CUDA device is visible; run the tests
-    marked ``last`` after every other one, in their order."""
-    # scripts/test.sh runs tests/rl beside this suite; the miniature recipe (``last``) is the heaviest test of either
-    # and took 1053 s beside tests/rl against 380-470 s alone: at the end it starts about when tests/rl is done
-    items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable: the rest keeps its order
+    """Skip the tests marked ``gpu`` (pyproject markers) with a reason when no CUDA device is visible. Order: in one
+    process, the tests marked ``last`` run after every other one; on pytest-xdist's workers (``--dist loadfile``, as
+    scripts/test.sh runs the suites), the longest first: the files of ``last`` tests, then :data:`HEAVY_FILES`, then
+    the rest, so that no worker starts a long file when the others are nearly done."""
+    if under_xdist(config):
+        # with --no-loadscope-reorder the scheduler hands out files in this order (its default sorts by test count)
+        last_files = {_file_of(item) for item in items if item.get_closest_marker("last") is not None}
+        rank = {name: i for i, name in enumerate(HEAVY_FILES)}
+
+        def weight(item) -> tuple[int, int, int]:
+            name = _file_of(item)
+            # inside a file the ``last`` test comes first: it is the file's (and the run's) longest
+            return (0 if name in last_files else 1, rank.get(name, len(rank)),
+                    0 if item.get_closest_marker("last") is not None else 1)
+
+        items.sort(key=weight)  # stable: the rest keeps its collection order
+    else:
+        # the miniature recipe (``last``) is the heaviest test of the suite: in one process, at the end
+        items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     reason = _cuda_missing() if gpu_items else None
     if reason is not None:
