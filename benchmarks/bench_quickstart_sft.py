@@ -7,11 +7,14 @@ with ``true`` (what the quickstart sets). ``--compare sorting``: A runs each 16-
 length-sorted micro-batches of 8 (what the quickstart sets, ``sort_micro_batches``); both draw their steps with the
 same sampler, so they train the same rows step by step. ``--compare ranks``: A is one process on both cores, B two
 torchrun ranks of one thread each (gloo), the same steps split between them. ``--compare precision``: A float32, B
-bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design). Prints each run's steps/s over the steps after ``--warmup``
+bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design).
+``--compare openmp``: A libgomp's default wait policy, B ``OMP_WAIT_POLICY=PASSIVE`` (what afm-sft sets); ``--busy N``
+runs N busy loops beside every run (a shared machine). Prints each run's steps/s over the steps after ``--warmup``
 (from ``trainer_log.jsonl``), the medians, the ratio, and whether A's and B's losses agree step by step (neither
 change may change the numbers).
 
     .venv/bin/python benchmarks/bench_quickstart_sft.py runs/quickstart [--compare sorting] [--steps 80] [--warmup 10]
+    .venv/bin/python benchmarks/bench_quickstart_sft.py runs/quickstart --compare openmp --busy 1
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
                           ENV: {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1"}}},
     # float32 (the quickstart's) against bf16 autocast with float32 weights (HF Trainer's --bf16 on the CPU)
     "precision": {"fp32": {"bf16": False}, "bf16": {"bf16": True}},
+    # libgomp's default wait (spin ~300k times, then sleep) against OMP_WAIT_POLICY=PASSIVE (what afm-sft sets:
+    # afm.common.openmp); with --busy N beside, as on a shared machine
+    "openmp": {"spin (default)": {ENV: {"AFM_OPENMP_PASSIVE": "0", "OMP_WAIT_POLICY": None}},
+               "passive": {ENV: {"OMP_WAIT_POLICY": "PASSIVE"}}},
 }
 
 
@@ -72,7 +79,10 @@ def run_once(work: Path, out: Path, steps: int, overrides: dict[str, Any]) -> li
     cfg.update(max_steps=steps, logging_steps=1, plot_loss=False, **overrides)
     path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **extra_env)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env.update({k: v for k, v in extra_env.items() if v is not None})
+    for name in (k for k, v in extra_env.items() if v is None):  # None: the variable unset
+        env.pop(name, None)
     if extra_env.get("FORCE_TORCHRUN"):
         from afm.common.procs import free_port
 
@@ -103,18 +113,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=80)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--compare", choices=sorted(VARIANTS), default="checkpointing")
+    p.add_argument("--busy", type=int, default=0, help="busy-loop processes beside each run (a shared machine)")
     args = p.parse_args(argv)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        return _compare(args)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _compare(args: argparse.Namespace) -> int:
     (name_a, over_a), (name_b, over_b) = VARIANTS[args.compare].items()
     rates: dict[str, list[float]] = {name_a: [], name_b: []}
+    cpu: dict[str, list[float]] = {name_a: [], name_b: []}
     losses: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="afm-bench-sft-") as tmp:
         for i, (name, over) in enumerate(((name_a, over_a), (name_b, over_b), (name_b, over_b), (name_a, over_a))):
+            before = _children_cpu()
             rows = run_once(args.workdir, Path(tmp) / f"run_{i}", args.steps, over)
+            cpu[name].append(_children_cpu() - before)
             rate = steps_per_second(rows, args.warmup)
             rates[name].append(rate)
             losses.setdefault(name, [r["loss"] for r in rows if "loss" in r])
-            print(f"run {i + 1}/4: {name:13s} {rate:.3f} steps/s", flush=True)
+            print(f"run {i + 1}/4: {name:13s} {rate:.3f} steps/s, {cpu[name][-1]:.1f} CPU s (the whole process)",
+                  flush=True)
     a, b = statistics.median(rates[name_a]), statistics.median(rates[name_b])
+    print(f"CPU s a run (medians): {name_a} {statistics.median(cpu[name_a]):.1f}, {name_b} "
+          f"{statistics.median(cpu[name_b]):.1f}; busy loops beside: {args.busy}")
     rel = max(abs(x - y) / max(abs(x), 1e-6) for x, y in zip(losses[name_a], losses[name_b], strict=True))
     print(f"{name_a} {a:.3f} steps/s, {name_b} {b:.3f} steps/s (medians of 2): {name_b}/{name_a} {b / a:.3f}x; "
           f"losses agree step by step (rel 1e-3): {rel <= 1e-3} (largest relative difference {rel:.2e}); "

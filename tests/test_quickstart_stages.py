@@ -276,6 +276,8 @@ def test_a_seed_serves_the_demo_site_on_its_own_port_unless_it_is_taken(tmp_path
     seed, port = next(iter(free.items()))
     assert seed_site_port(seed) == port  # the same seed, the same port
     with socket.socket() as holder:
+        # as a server binds: an earlier run's connections in TIME_WAIT (a quickstart test of this suite) do not hold it
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", port))
         holder.listen()
         assert seed_site_port(seed) is None
