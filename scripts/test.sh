@@ -28,9 +28,11 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
 fi
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# OpenMP threads that sleep at a barrier (afm.common.openmp): the pytest processes load torch themselves, beside
-# the other suite and the workers: spinning threads took the cores the others needed
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# OpenMP's short spin (afm.common.openmp), also for the pytest processes, which load torch themselves beside the
+# other suite and the workers: libgomp's default spin took the cores the others needed
+if [[ -z "${OMP_WAIT_POLICY:-}${GOMP_SPINCOUNT:-}" && "${AFM_OPENMP_SHORT_SPIN:-1}" != "0" ]]; then
+  export GOMP_SPINCOUNT=3000
+fi
 AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"
 
 # Test paths given on the command line (existing files or folders, optionally with ::node ids) go to the environment
