@@ -167,9 +167,6 @@ def _quickstart_profile(make: Any, args: argparse.Namespace) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm``."""
-    from afm.common.openmp import prefer_short_spin
-
-    prefer_short_spin()  # before any subcommand loads torch (hf engine, model export, the quickstart's children)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["sandbox"]:  # its own parser (subcommands and --help of their own)
         from afm.sandbox.cli import main as sandbox_main

@@ -8,14 +8,14 @@ length-sorted micro-batches of 8 (what the quickstart sets, ``sort_micro_batches
 same sampler, so they train the same rows step by step. ``--compare ranks``: A is one process on both cores, B two
 torchrun ranks of one thread each (gloo), the same steps split between them. ``--compare precision``: A float32, B
 bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design).
-``--compare openmp``: A libgomp's default spin at a barrier, B ``GOMP_SPINCOUNT=3000`` (what afm-sft sets);
-``--compare passive``: B ``OMP_WAIT_POLICY=PASSIVE``; ``--busy N`` runs N busy loops beside every run (a shared
+``--compare openmp``: A libgomp's default spin at a barrier, B a short one (``GOMP_SPINCOUNT=3000``);
+``--compare passive``: B none (``OMP_WAIT_POLICY=PASSIVE``, what scripts/test.sh sets); ``--busy N`` runs N busy loops beside every run (a shared
 machine). Prints each run's steps/s over the steps after ``--warmup``
 (from ``trainer_log.jsonl``), the medians, the ratio, and whether A's and B's losses agree step by step (neither
 change may change the numbers).
 
     .venv/bin/python benchmarks/bench_quickstart_sft.py runs/quickstart [--compare sorting] [--steps 80] [--warmup 10]
-    .venv/bin/python benchmarks/bench_quickstart_sft.py runs/quickstart --compare openmp --busy 1
+    .venv/bin/python benchmarks/bench_quickstart_sft.py runs/quickstart --compare passive --busy 1
 """
 
 from __future__ import annotations
@@ -53,11 +53,12 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
                           ENV: {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1"}}},
     # float32 (the quickstart's) against bf16 autocast with float32 weights (HF Trainer's --bf16 on the CPU)
     "precision": {"fp32": {"bf16": False}, "bf16": {"bf16": True}},
-    # libgomp's default wait (spin ~300k times, then sleep) against a short spin (GOMP_SPINCOUNT=3000, what afm-sft
-    # sets: afm.common.openmp) or none (OMP_WAIT_POLICY=PASSIVE); with --busy N beside, as on a shared machine
-    "openmp": {"spin (default)": {ENV: {"AFM_OPENMP_SHORT_SPIN": "0", "OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}},
+    # libgomp's default wait at a barrier (spin ~300k times, ~3 ms, then sleep) against a short spin
+    # (GOMP_SPINCOUNT=3000) or none (OMP_WAIT_POLICY=PASSIVE: what scripts/test.sh sets); with --busy N beside, as on
+    # a shared machine
+    "openmp": {"spin (default)": {ENV: {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}},
                "short spin": {ENV: {"GOMP_SPINCOUNT": "3000", "OMP_WAIT_POLICY": None}}},
-    "passive": {"spin (default)": {ENV: {"AFM_OPENMP_SHORT_SPIN": "0", "OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}},
+    "passive": {"spin (default)": {ENV: {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}},
                 "passive": {ENV: {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None}}},
 }
 

@@ -28,11 +28,11 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
 fi
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# OpenMP's short spin (afm.common.openmp), also for the pytest processes, which load torch themselves beside the
-# other suite and the workers: libgomp's default spin took the cores the others needed
-if [[ -z "${OMP_WAIT_POLICY:-}${GOMP_SPINCOUNT:-}" && "${AFM_OPENMP_SHORT_SPIN:-1}" != "0" ]]; then
-  export GOMP_SPINCOUNT=3000
-fi
+# OpenMP threads that sleep at a barrier instead of spinning ~3 ms (libgomp's default), also in the pytest processes,
+# which load torch themselves: the suite keeps both cores busy by design (two suites, xdist workers), and a spinning
+# thread takes the core the thread it waits for needs (SFT beside one busy process: 1.6x faster, half the CPU;
+# benchmarks/RESULTS.md, twentieth session). A value in the environment is kept.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"
 
 # Test paths given on the command line (existing files or folders, optionally with ::node ids) go to the environment

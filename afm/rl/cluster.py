@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 # Variables the trainer's launcher sets (afm/rl/knobs.py run()) or a user sets for afm's traces.
 FORWARDED = ("VERL_PLATFORM", "VERL_ENGINE_DEVICE", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
-             "TOKENIZERS_PARALLELISM", "AFM_VERL_POLL_S", "AFM_RL_TRACE_DIR")
+             "TOKENIZERS_PARALLELISM", "AFM_VERL_POLL_S", "AFM_RL_TRACE_DIR")  # OpenMP's wait: docs/development.md
 
 
 VERL_CPUS_PER_GPU = 3  # verl 0.9.1 ResourcePoolManager.max_colocate_count: the CPUs of each GPU's bundle

@@ -19,7 +19,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from afm.common.openmp import short_spin_env
 from afm.launch.command import run_logged, script_parser
 from afm.launch.rl import LOGGERS, PATH_KNOBS, TASK_NAMES, RlSettings, check, resolve, usage
 from afm.launch.rl_overrides import (
@@ -335,7 +334,6 @@ def trainer_env(device: str, env: Mapping[str, str]) -> dict[str, str]:
     out = {"AFM_VERL_POLL_S": env.get("AFM_VERL_POLL_S") or "0.02"}
     if device == "cpu":
         out.update(VERL_PLATFORM="cpu", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS") or "1",
-                   **short_spin_env(env),  # OpenMP threads that spin briefly, when OMP_NUM_THREADS > 1
                    TOKENIZERS_PARALLELISM="false",
                    # vLLM's CPU build: its KV cache in GiB (the default of 4 is more than a toy run needs)
                    VLLM_CPU_KVCACHE_SPACE=env.get("VLLM_CPU_KVCACHE_SPACE") or "1",

@@ -20,9 +20,6 @@ _LF_COMMANDS = {"train", "export", "chat", "api", "webchat", "webui", "env", "ve
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``afm-sft``."""
-    from afm.common.openmp import prefer_short_spin
-
-    prefer_short_spin()  # before torch loads, here and in every torchrun rank (they inherit the environment)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
