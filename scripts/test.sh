@@ -9,15 +9,17 @@
 #   AFM_SKIP_RL=1 bash scripts/test.sh ...     # only the first environment
 #   AFM_ONLY_RL=1 bash scripts/test.sh ...     # only the verl tests
 #   AFM_TEST_JOBS=1 bash scripts/test.sh ...   # one suite after the other (default: side by side, see below)
-#   AFM_TEST_WORKERS=1 bash scripts/test.sh ... # one pytest process per suite (default 2: pytest-xdist workers)
+#   AFM_TEST_WORKERS=1 bash scripts/test.sh ... # the first suite in one pytest process (default 2 xdist workers)
+#   AFM_RL_TEST_WORKERS=2 bash scripts/test.sh  # the verl suite on 2 xdist workers (default 1)
 #   AFM_RL_ENGINES=vllm bash scripts/test.sh   # also vLLM's CPU build in .venv-rl (~70 s, 3.5 GB; .ci/run does):
 #                                              # the real-vLLM tests (serving, dialect, verl's vLLM rollout) run
 #                                              # instead of skipping
-# When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done). Each
-# suite runs its files on AFM_TEST_WORKERS pytest-xdist workers (--dist loadfile: a file's tests, fixtures and servers
-# stay in one worker), the longest files first (tests/conftest.py), the miniature recipe (~7 min alone) before all:
-# most tests wait on a subprocess, Ray or a server, and one process per suite left a third of 2 cores idle. Each
-# worker keeps its own Ray cluster (afm.common.ray_scope), ports and temp dirs. With AFM_TEST_WORKERS=1 a
+# When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done). The first
+# suite runs its files on AFM_TEST_WORKERS pytest-xdist workers (--dist loadfile: a file's tests, fixtures and
+# servers stay in one worker), the longest files first (tests/conftest.py), the miniature recipe (~7 min alone)
+# before all, so no worker starts a long file when the other is nearly done. The verl suite stays one process: two of
+# its Ray runs at once took 3x as long each (two-node fixture 363 -> 1063 s), the suite 1285 s against 1127. Each
+# process keeps its own Ray cluster (afm.common.ray_scope), ports and temp dirs. With AFM_TEST_WORKERS=1 a
 # whole-suite run moves the recipe's test from the end of the first suite to after the verl suite, beside the rest
 # of the first (in .venv, as before).
 set -euo pipefail
@@ -59,21 +61,24 @@ if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "non
     AFM_ENGINES="${AFM_RL_ENGINES:-}" bash scripts/install.sh
 fi
 if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
-workers="${AFM_TEST_WORKERS:-2}"
-[[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "AFM_TEST_WORKERS must be a number >= 1, got '$workers'" >&2; exit 2; }
-# pytest-xdist's flags for one environment's interpreter: none with one worker, when the arguments choose their own
-# (-n, --numprocesses, -p no:xdist) or when that environment has no xdist (AFM_VENV=none: the caller's Python)
+workers="${AFM_TEST_WORKERS:-2}" rl_workers="${AFM_RL_TEST_WORKERS:-1}"
+for n in "$workers" "$rl_workers"; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "AFM_TEST_WORKERS and AFM_RL_TEST_WORKERS must be numbers >= 1" >&2; exit 2; }
+done
+# pytest-xdist's flags for an environment's interpreter ($1) and number of workers ($2): none with one worker, when
+# the arguments choose their own (-n, --numprocesses, -p no:xdist) or when that environment has no xdist
+# (AFM_VENV=none: the caller's Python)
 xdist_flags() {
   local a
-  (( workers > 1 )) || return 0
+  (( $2 > 1 )) || return 0
   for a in "${flags[@]}"; do [[ "$a" == -n* || "$a" == --numprocesses* || "$a" == no:xdist ]] && return 0; done
   if ! "$1" -c "import xdist" >/dev/null 2>&1; then
     echo "[test] pytest-xdist is not installed for $1: one process (the dev extra installs it)" >&2
     return 0
   fi
-  echo "-n $workers --dist loadfile --no-loadscope-reorder"
+  echo "-n $2 --dist loadfile --no-loadscope-reorder"
 }
-read -r -a rl_xdist <<<"$(xdist_flags "$AFM_RL_VENV/bin/python")"
+read -r -a rl_xdist <<<"$(xdist_flags "$AFM_RL_VENV/bin/python" "$rl_workers")"
 run_rl_suite() { "$AFM_RL_VENV/bin/python" -m pytest "${rl_xdist[@]}" "${flags[@]}" "${rl_paths[@]:-tests/rl}"; }
 RECIPE_TEST="tests/test_cli.py::test_quickstart_runs_the_recipe_in_miniature"
 main_deselect=()
@@ -103,7 +108,7 @@ if (( run_main && run_rl )) && [[ "${AFM_TEST_JOBS:-2}" != "1" ]]; then
   trap '[[ -n "$rl_pid" ]] && kill -- "$rl_pid" 2>/dev/null; exit 130' INT TERM
 fi
 if (( run_main )); then
-  read -r -a main_xdist <<<"$(xdist_flags "$PY")"
+  read -r -a main_xdist <<<"$(xdist_flags "$PY" "$workers")"
   "$PY" -m pytest "${main_xdist[@]}" --ignore=tests/rl "${main_deselect[@]}" "${flags[@]}" "${main_paths[@]}" \
     || status=$?
 fi
