@@ -100,3 +100,28 @@ def test_built_once_then_reused_and_bad_ranks_are_refused(qwen_tokenizer_dir, tm
     with pytest.raises(ValueError, match="2 ranks, expected Qwen's 151643"):
         build_qwen25_tokenizer(tmp_path / "out", ranks_file=short)
     assert not (tmp_path / "out").exists()
+
+
+
+def test_a_folder_another_process_built_meanwhile_is_kept(qwen_tokenizer_dir, tmp_path, monkeypatch):
+    """Two pytest-xdist workers of a fresh checkout may build the shared cache folder at once: the one that finishes
+    second finds the folder there when it renames its own, keeps the other's and returns it."""
+    import shutil
+    from pathlib import Path
+
+    from afm.offline import qwen_tokenizer
+
+    out = tmp_path / "shared" / "tokenizer"
+    real_replace = qwen_tokenizer.os.replace
+    raced = []
+
+    def replace(src, dst):
+        if Path(dst) == out and not raced:  # the other worker renames its folder first
+            shutil.copytree(qwen_tokenizer_dir, out)
+            raced.append(True)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(qwen_tokenizer.os, "replace", replace)
+    assert build_qwen25_tokenizer(out) == out
+    assert raced and sorted(p.name for p in out.parent.iterdir()) == ["tokenizer"]  # its own copy removed
+    assert (out / "afm_qwen_tokenizer.stamp").read_text() == (qwen_tokenizer_dir / "afm_qwen_tokenizer.stamp").read_text()

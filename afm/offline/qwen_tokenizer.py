@@ -238,10 +238,16 @@ def build_qwen25_tokenizer(out_dir: str | Path, ranks_file: Path | None = None) 
                bos_token=None, errors="replace", model_max_length=131072, split_special_tokens=False)
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
     (tmp / "afm_qwen_tokenizer.stamp").write_text(stamp)
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
-        os.replace(out, old / "x")
-        shutil.rmtree(old, ignore_errors=True)
     tmp.chmod(0o755)  # mkdtemp makes it private; the folder is a shared cache
-    os.replace(tmp, out)
+    try:
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+            os.replace(out, old / "x")
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, out)
+    except OSError:
+        # another process (a second pytest-xdist worker) built the same folder at the same time: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (stamp_file.is_file() and stamp_file.read_text() == stamp):
+            raise
     return out
