@@ -25,9 +25,9 @@ def _cuda_missing() -> str | None:
     return None
 
 
-# The files that took longest (seconds, a whole-suite run on 2 cores), heaviest first. An ordering hint for
-# pytest-xdist's workers only: a file missing here runs after these, in collection order (tests/test_suite_order.py
-# checks that every name is a file).
+# The files that took longest in a whole-suite run on 2 cores (benchmarks/RESULTS.md, twentieth session), heaviest
+# first. An ordering hint for pytest-xdist's workers only: a file missing here runs after these, in collection order
+# (tests/test_suite_order.py checks that every name is a file).
 HEAVY_FILES = (
     "tests/test_sft_runs.py", "tests/test_sft_two_nodes.py", "tests/rl/test_two_nodes.py", "tests/test_sft_overlay.py",
     "tests/rl/test_local_trainer.py", "tests/test_model_gemma.py", "tests/rl/test_vllm_rollout.py",
