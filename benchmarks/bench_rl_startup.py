@@ -1,5 +1,6 @@
 """The fixed cost of a ``--local`` DAPO launch: seconds from the launch to verl's "ready to fit" and to the end of
-step 1, with and without Ray's dashboard (``--compare dashboard``, the default) or Ray's worker preload
+step 1, and the CPU seconds the machine spent meanwhile, with and without afm's worker zygote (``--compare zygote``,
+the default: ``WORKER_ZYGOTE=false`` vs ``true``), Ray's dashboard (``--compare dashboard``) or Ray's worker preload
 (``--compare preload``).
 
 verl starts its actors one after another (the task runner, the FSDP worker group, the rollout server, the agent-loop
@@ -17,9 +18,10 @@ per variant, A-B-B-A, after one uncounted warm-up run; the log is watched as it 
 
 * ``ready``: verl's "all initialize finished, ready to fit" (every worker group built, checkpoint engine ready);
 * ``step1``: the first step's metrics line;
-* ``wall``: the launch until the script exits.
+* ``wall``: the launch until the script exits;
+* ``cpu``: CPU seconds of the whole machine from the launch to the exit (``/proc/stat``; run it on an idle machine).
 
-    .venv-rl/bin/python benchmarks/bench_rl_startup.py [--compare dashboard|preload] [--rounds 2]
+    .venv-rl/bin/python benchmarks/bench_rl_startup.py [--compare zygote|dashboard|preload] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ MARKERS = {"ready": "ready to fit", "step1": "step:1 - "}
 
 def variants(compare: str, modules: str) -> dict[str, tuple[dict[str, str], list[str]]]:
     """A comparison's two variants: name -> (environment variables, trailing Hydra overrides)."""
+    if compare == "zygote":
+        return {"no zygote": ({"WORKER_ZYGOTE": "false"}, []), "zygote": ({"WORKER_ZYGOTE": "true"}, [])}
     if compare == "preload":
-        return {"baseline": ({}, []), "preload": ({"RAY_preload_python_modules": modules}, [])}
+        return {"baseline": ({"WORKER_ZYGOTE": "false"}, []),
+                "preload": ({"WORKER_ZYGOTE": "false", "RAY_preload_python_modules": modules}, [])}
     # Ray's dashboard (its head process and its five sub-heads, started by ray.init) on and off
     return {"dashboard": ({}, ["++ray_kwargs.ray_init.include_dashboard=True"]),
             "no dashboard": ({}, ["++ray_kwargs.ray_init.include_dashboard=False"])}
@@ -65,6 +70,7 @@ def launch(env_extra: dict[str, str], args: list[str], work: Path) -> dict[str, 
     env["RAY_TMPDIR"] = str(ray_tmp)
     log = work / "train.log"
     seen: dict[str, float] = {}
+    cpu0 = machine_cpu_s()
     t0 = time.monotonic()
     with log.open("w") as f:
         proc = subprocess.Popen(["bash", str(SCRIPT), "--local", *args], cwd=REPO, env=env, stdout=f,
@@ -76,6 +82,7 @@ def launch(env_extra: dict[str, str], args: list[str], work: Path) -> dict[str, 
                     seen[name] = time.monotonic() - t0
             time.sleep(0.1)
     wall = time.monotonic() - t0
+    cpu = machine_cpu_s() - cpu0
     stop_ray_in(ray_tmp)
     if proc.returncode != 0:
         raise SystemExit(f"{work.name}: the run failed (rc {proc.returncode}); see {log}")
@@ -83,13 +90,19 @@ def launch(env_extra: dict[str, str], args: list[str], work: Path) -> dict[str, 
     for name, marker in MARKERS.items():  # a marker written in the last poll interval
         if name not in seen and marker in text:
             seen[name] = wall
-    return {**seen, "wall": wall}
+    return {**seen, "wall": wall, "cpu": cpu}
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds all cores have spent busy since boot (user, nice, system, irq, softirq)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    return sum(int(v) for v in fields[:3] + fields[5:7]) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2, help="A-B-B-A rounds (each: two runs per variant)")
-    ap.add_argument("--compare", choices=("preload", "dashboard"), default="dashboard")
+    ap.add_argument("--compare", choices=("zygote", "preload", "dashboard"), default="zygote")
     ap.add_argument("--modules", default="verl.protocol,transformers",
                     help="RAY_preload_python_modules of the preload variant")
     ap.add_argument("--json", default=str(REPO / "benchmarks/out/rl_startup.json"))
@@ -108,9 +121,9 @@ def main() -> None:
         print(f"{variant:12s} " + "  ".join(f"{k} {v:6.1f} s" for k, v in row.items())
               + f"  (load {os.getloadavg()[0]:.1f})", flush=True)
     print("medians:")
-    med = {v: {k: statistics.median(r[k] for r in rows if k in r) for k in (*MARKERS, "wall")}
+    med = {v: {k: statistics.median(r[k] for r in rows if k in r) for k in (*MARKERS, "wall", "cpu")}
            for v, rows in runs.items()}
-    for k in (*MARKERS, "wall"):
+    for k in (*MARKERS, "wall", "cpu"):
         print(f"  {k:6s} {a} {med[a][k]:6.1f} s  {b} {med[b][k]:6.1f} s  ratio {med[b][k] / med[a][k]:.2f}x")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"compare": args.compare, "runs": runs, "medians": med}, indent=1))

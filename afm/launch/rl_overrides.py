@@ -8,6 +8,7 @@ configs/verl/dapo.sh and ppo.sh say why each recipe override is there. Standard 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from afm.launch.rl import RlSettings
@@ -15,7 +16,7 @@ from afm.launch.values import as_bool
 
 __all__ = ["Resolved", "actor_overrides", "algorithm_overrides", "checkpoint_overrides", "dapo_overrides",
            "data_overrides", "device_overrides", "max_model_len", "overlong_buffer_len", "ppo_overrides",
-           "reward_overrides", "rollout_overrides", "trainer_overrides"]
+           "reward_overrides", "rollout_overrides", "trainer_overrides", "zygote_on", "zygote_overrides"]
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,32 @@ def dashboard_overrides(s: RlSettings) -> list[str]:
         return []
     on = {"auto": "False" if s.device == "cpu" else None, "true": "True", "false": "False"}[s.ray_dashboard]
     return [] if on is None else [f"++ray_kwargs.ray_init.include_dashboard={on}"]
+
+
+ZYGOTE_CLIENT = "afm/rl/local/zygote_client.py"
+_PLAIN_PATH = re.compile(r"[\w@%+=:,./-]+")
+
+
+def zygote_on(s: RlSettings) -> bool:
+    """WORKER_ZYGOTE: on one node where verl's ray.init starts Ray (its workers inherit the launcher's environment,
+    where the zygote's address is); ``auto`` on the CPU, where a launch's serial worker imports are most of its fixed
+    cost."""
+    if int(s.nnodes) != 1 or s.ray_address:
+        return False
+    return {"auto": s.device == "cpu", "true": True, "false": False}[s.worker_zygote]
+
+
+def zygote_overrides(s: RlSettings, python: str, root: str) -> list[str]:
+    """Ray's ``py_executable`` for the job's workers: afm's zygote client (afm/rl/local/zygote.py), which asks the
+    launch's zygote for a fork with torch, tensordict and transformers imported and otherwise starts the worker as
+    Ray would. ``-I -S``: the client is standard library only, and starts in ~10 ms."""
+    if not zygote_on(s):
+        return []
+    client = f"{root}/{ZYGOTE_CLIENT}"
+    if not all(path.startswith("/") and _PLAIN_PATH.fullmatch(path) for path in (python, client)):
+        return []  # Ray puts py_executable into a bash command line as is: such paths start workers as usual
+    command = f"{python} -I -S {client}"
+    return [f"++ray_kwargs.ray_init.runtime_env.py_executable='{command}'"]
 
 
 def checkpoint_overrides(s: RlSettings) -> list[str]:

@@ -11,12 +11,14 @@ trainer's (``PYTHON``): ``python -m afm.rl.knobs --help``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from afm.launch.command import run_logged, script_parser
@@ -32,9 +34,12 @@ from afm.launch.rl_overrides import (
     reward_overrides,
     rollout_overrides,
     trainer_overrides,
+    zygote_overrides,
 )
 from afm.launch.values import KnobError, as_bool, is_posint, split_list
 from afm.rl.cluster import auth_env, dead_actor_line, runtime_env_overrides
+
+ZYGOTE_ADDRESS = "AFM_WORKER_ZYGOTE"  # afm.rl.local.zygote.ADDRESS_VARIABLE (this module is standard library only)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _HYDRA_UNSAFE = re.compile(r"[][\s=,\"{}']")
@@ -67,6 +72,7 @@ class RlLaunch:
     gpus: int = 1  # per node
     join_timeout: str = "300"  # NNODES > 1: seconds to wait for the nodes (afm/rl/cluster.py)
     engine: str = ""  # ROLLOUT_ENGINE
+    zygote: bool = False  # WORKER_ZYGOTE on: run() starts the zygote the command's py_executable asks
 
     def problems(self) -> list[str]:
         """What a real run would not find (checked after --local built its toy task)."""
@@ -154,15 +160,20 @@ def plan(s: RlSettings, env: Mapping[str, str], *, task: str, script: str, root:
     if s.reward_manager == "dapo" and s.algorithm == "ppo":
         warn("REWARD_MANAGER=dapo with ALGORITHM=ppo: DAPO's overlong shaping on PPO")
     ov = [*data_overrides(s, r), *actor_overrides(s, r), *algorithm_overrides(s, r), *rollout_overrides(s, r),
-          *device_overrides(s), *multinode_overrides(s, env), *checkpoint_overrides(s), *reward_overrides(s, r),
+          *device_overrides(s), *zygote_overrides(s, python, root), *multinode_overrides(s, env), *checkpoint_overrides(s), *reward_overrides(s, r),
           *trainer_overrides(s, r), *s.extra_args.split(), *tail]
     added, notes = environment_notes(s, env, r.ckpt_dir, caller_dir)
+    zygote = any(o.startswith("++ray_kwargs.ray_init.runtime_env.py_executable=") for o in ov)
+    if zygote:
+        notes.append(f"WORKER_ZYGOTE={s.worker_zygote}: Ray's workers fork from one process with torch, tensordict and "
+                     f"transformers imported (log: {r.ckpt_dir}/{ZYGOTE_LOG})")
     files = [f.removesuffix("]") for f in split_list(f"{r.train_files.removeprefix('[')},"
                                                       f"{r.val_files.removeprefix('[')}")]
     return RlLaunch(python, ov, summary(s, task, script, python, ov, r, notes), r.ckpt_dir, s.device,
                     int(s.nnodes), as_bool("DRY_RUN", s.dry_run) == "true" or dry_run,
                     inputs=[*files, r.tool_cfg, r.agent_cfg], model=r.model, env=added,
-                    gpus=int(s.gpus_per_node), join_timeout=s.join_timeout, engine=s.rollout_engine)
+                    gpus=int(s.gpus_per_node), join_timeout=s.join_timeout, engine=s.rollout_engine,
+                    zygote=zygote)
 
 
 def checkpoint_dir(s: RlSettings, root: str, bases: Mapping[str, str]) -> str:
@@ -360,6 +371,32 @@ def missing_modules(python: str, names: list[str], env: Mapping[str, str]) -> li
     return check.stdout.split() if check.returncode == 0 else list(names)
 
 
+ZYGOTE_LOG = "worker_zygote.log"
+
+
+@contextlib.contextmanager
+def worker_zygote(launch: RlLaunch, env: dict[str, str], root: str) -> Iterator[None]:
+    """WORKER_ZYGOTE: the zygote (afm/rl/local/zygote.py) for the run's workers, its address in ``env`` (which verl's
+    driver, Ray and so each worker inherit); stopped when the run ends. It imports beside verl's driver, on another
+    core; a worker that asks before it is ready waits for it. No zygote: each worker starts as usual."""
+    if not launch.zygote:
+        yield
+        return
+    env[ZYGOTE_ADDRESS] = f"afm-zygote-{os.getpid()}-{secrets.token_hex(4)}"
+    with open(f"{launch.ckpt_dir}/{ZYGOTE_LOG}", "a", encoding="utf-8") as log:
+        proc = subprocess.Popen([launch.python, "-m", "afm.rl.local.zygote", "--address", env[ZYGOTE_ADDRESS]],
+                                env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def run(launch: RlLaunch, root: str) -> int:
     """Start verl: its output goes to the terminal and is appended to CKPT_DIR/train.log."""
     env = dict(os.environ)
@@ -395,7 +432,8 @@ def run(launch: RlLaunch, root: str) -> int:
     os.makedirs(launch.ckpt_dir, exist_ok=True)
     log_path = f"{launch.ckpt_dir}/train.log"
     start = os.path.getsize(log_path) if os.path.exists(log_path) else 0
-    status = run_logged(launch.command, env=env, cwd=root, log_path=log_path, summary=launch.summary)
+    with worker_zygote(launch, env, root):
+        status = run_logged(launch.command, env=env, cwd=root, log_path=log_path, summary=launch.summary)
     if status != 0:
         # a trainer rank or rollout server that died is a page of Ray tracebacks: say which one, in one line
         with open(log_path, "rb") as log:

@@ -591,6 +591,33 @@ def test_ray_dashboard_is_off_on_the_cpu_unless_asked_for(tmp_path):
     assert composed("code", "--local", AFM_LOCAL_DIR=str(tmp_path)).ray_kwargs.ray_init.include_dashboard is False
 
 
+def test_worker_zygote_is_on_where_verl_starts_ray_on_the_cpu(tmp_path):
+    """WORKER_ZYGOTE=auto (afm/rl/local/zygote.py): Ray's py_executable is afm's zygote client where verl's ray.init
+    starts Ray on the CPU; off on a GPU node unless asked for, never on more nodes or a cluster joined by address
+    (their workers come from another raylet, without the zygote's address)."""
+    key = "++ray_kwargs.ray_init.runtime_env.py_executable="
+    local = dry_run_overrides("code", "--local", AFM_LOCAL_DIR=str(tmp_path))
+    (quoted,) = [o.removeprefix(key) for o in local if o.startswith(key)]
+    value = quoted.removeprefix("'").removesuffix("'")  # one Hydra string
+    python, flags, client = value.split(" ", 2)[0], value.split(" ")[1:3], value.split(" ")[3]
+    assert flags == ["-I", "-S"] and client == str(ROOT / "afm" / "rl" / "local" / "zygote_client.py")
+    assert Path(python).is_absolute() and Path(client).is_file()
+    assert composed("code", "--local", AFM_LOCAL_DIR=str(tmp_path)).ray_kwargs.ray_init.runtime_env.py_executable \
+        == value
+    res = run_script("code", "--dry-run", "--local", AFM_LOCAL_DIR=str(tmp_path))
+    assert "WORKER_ZYGOTE=auto: Ray's workers fork" in res.stdout
+    off = {"WORKER_ZYGOTE": "false"}, {"RAY_ADDRESS": "127.0.0.1:6379"}
+    for env in off:
+        assert not any(o.startswith(key) for o in dry_run_overrides("code", "--local", AFM_LOCAL_DIR=str(tmp_path),
+                                                                    **env))
+    assert not any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8"))
+    assert any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8", WORKER_ZYGOTE="true"))
+    assert not any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8", NNODES="2",
+                                                                WORKER_ZYGOTE="true"))
+    res = run_script("code", "--dry-run", "--local", AFM_LOCAL_DIR=str(tmp_path), WORKER_ZYGOTE="maybe")
+    assert res.returncode != 0 and "WORKER_ZYGOTE" in res.stderr + res.stdout
+
+
 def test_cpu_precision_sets_the_actor_and_the_rollout_together(tmp_path):
     """CPU_PRECISION: float32 by default (the rollout and the trainer agree to ~1e-6); bf16 casts the FSDP actor's
     float32 weights to bfloat16 for its forward and backward and samples the rollout in bfloat16, for both engines;

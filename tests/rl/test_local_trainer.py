@@ -95,6 +95,19 @@ def test_resumes_at_step_2_and_writes_checkpoints(run):
     assert (work / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
 
 
+def test_the_workers_were_forked_from_the_zygote(run):
+    """WORKER_ZYGOTE=auto on the CPU (afm/rl/local/zygote.py): the resumed run's workers (the task runner, the FSDP
+    worker, the rollout server, the agent-loop and reward workers, the transfer queue's) were forks of one process
+    that had imported torch and transformers, and none was refused (a refusal says why in the train log)."""
+    work, log1, log2 = run
+    zygote_log = (work / "ckpt" / "worker_zygote.log").read_text()
+    forked = [int(m) for m in re.findall(r"(\d+) workers forked", zygote_log)]
+    assert forked and forked[-1] >= 5, zygote_log
+    for log in (log1, log2):
+        text = log.read_text(errors="replace")
+        assert "WORKER_ZYGOTE=auto" in text and "[afm] worker zygote:" not in text
+
+
 def test_observations_are_masked_exactly(run):
     work, _, _ = run
     from transformers import AutoTokenizer
