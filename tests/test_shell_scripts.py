@@ -187,7 +187,7 @@ def test_tokenizer_rule(tmp_path):
     assert _printed_flags(proc.stdout)["tokenizer"] == f"{tmp_path}/model"
 
 
-def test_eval_and_inference_defaults_match_the_mapping_table(tmp_path):
+def test_eval_and_inference_defaults_match_the_mapping_table(printed_defaults):
     import re
     import sys
 
@@ -199,7 +199,7 @@ def test_eval_and_inference_defaults_match_the_mapping_table(tmp_path):
         script = backticked(row["script"])[0]
         flag = re.search(r"--([a-z0-9-]+)", row["knob (reaches)"]).group(1)
         assert reason_given(row["afm"]), row
-        flags = _defaults_printed(script, tmp_path)
+        flags = printed_defaults(script)
         # a rollout limit is passed only when set: unset, the value is afm infer's default (AgentConfig's)
         got = flags[flag] if flag in flags or script != "inference/inference.sh" else str(_infer_default(flag))
         assert same(got, value(row["afm"])), row
@@ -217,7 +217,22 @@ def _defaults_printed(script: str, cwd: Path) -> dict[str, str]:
     return _printed_flags(proc.stdout.replace("[serve] ", ""))
 
 
-def test_every_eval_and_inference_flag_is_in_the_mapping(tmp_path):
+@pytest.fixture(scope="module")
+def printed_defaults(tmp_path_factory):
+    """_defaults_printed, once per script for the module: the mapping table's 16 rows name 4 scripts, and each
+    dry run starts the script's Python (~1-2 s of a core)."""
+    cwd = tmp_path_factory.mktemp("printed_defaults")
+    seen: dict[str, dict[str, str]] = {}
+
+    def printed(script: str) -> dict[str, str]:
+        if script not in seen:
+            seen[script] = _defaults_printed(script, cwd)
+        return dict(seen[script])
+
+    return printed
+
+
+def test_every_eval_and_inference_flag_is_in_the_mapping(printed_defaults):
     """A flag these scripts pass is a row of the eval-defaults table (compared with the original there) or listed as
     having no original value: a new knob cannot differ from the original without a word."""
     import re
@@ -239,7 +254,7 @@ def test_every_eval_and_inference_flag_is_in_the_mapping(tmp_path):
         in_table = {re.search(r"--([a-z0-9-]+)", row["knob (reaches)"]).group(1) for row in rows
                     if backticked(row["script"])[0] == script}
         free = listed.get("*", set()) | listed.get(script, set())
-        unmapped = set(_defaults_printed(script, tmp_path)) - in_table - free
+        unmapped = set(printed_defaults(script)) - in_table - free
         assert not unmapped, (script, sorted(unmapped))
 
 
