@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,7 +69,7 @@ def _report(proc: subprocess.Popen) -> tuple[dict, str, int]:
 
 
 def test_a_fork_is_the_process_the_worker_would_have_been(tmp_path, zygote):
-    address, server, log = zygote
+    address, server, _ = zygote
     client = _client(tmp_path, address, "exit", "7")
     report, err, code = _report(client)
     assert report["ppid"] == server.pid and report["pid"] != client.pid  # forked from the zygote
@@ -80,7 +81,7 @@ def test_a_fork_is_the_process_the_worker_would_have_been(tmp_path, zygote):
 
 
 def test_what_the_zygote_cannot_do_starts_the_worker_as_usual(tmp_path, zygote):
-    address, server, _ = zygote
+    address, _, _ = zygote
     # a variable read at import that differs: refused, the client becomes the worker itself (exec: the same pid)
     client = _client(tmp_path, address, HF_HOME=str(tmp_path / "other-hf-home"))
     report, err, code = _report(client)
@@ -157,3 +158,25 @@ def test_the_zygote_never_imports_ray_or_verl(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "afm.rl.local.zygote", "--address", f"afm-zygote-ray-{os.getpid()}",
                            "--preload", "ray"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "imported ray" in proc.stderr
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another user")
+def test_another_user_gets_no_fork(zygote):
+    """The abstract socket is open to every local user, and a fork runs what the request names as the zygote's user:
+    a request from another user id is refused before it is read."""
+    address, _, _ = zygote
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child of this test as user nobody (an interpreter under /root could not start as nobody)
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect("\0" + address)
+                os.write(write, s.makefile().readline().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        assert json.loads(f.read()) == {"refused": "a request from user id 65534, not 0"}

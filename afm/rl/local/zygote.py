@@ -16,7 +16,8 @@ What keeps a fork equal to a fresh process:
   Ray's workers do), and sets torch's thread count from ``OMP_NUM_THREADS`` (libgomp read it at the zygote's import);
 * a variable the preloaded modules read at import (OpenMP's, MKL's, Hugging Face's, torch's, Python's) that differs
   between the zygote and the worker refuses the fork: the client then starts the worker as Ray would have;
-* the child dies with its client (the process Ray started and watches), and the client exits with the child's code.
+* the child dies with its client (the process Ray started and watches), and the client exits with the child's code;
+* only processes of the zygote's own user are served (the socket's peer credentials): a fork runs what it is asked.
 
 Not on more than one node (each node's workers are started by its own raylet, from ``ray start``), and only where
 the launcher turns it on (``WORKER_ZYGOTE``; ``auto``: DEVICE=cpu on one node).
@@ -31,6 +32,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -73,6 +75,12 @@ def _set_parent_death_signal() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket (SO_PEERCRED: pid, uid, gid)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
 
 
 def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -138,7 +146,15 @@ class Zygote:
         conn, _ = self.listener.accept()
         fds: list[int] = []
         try:
+            # an abstract socket is open to every local user: a fork runs what the request names, as this user
+            uid = peer_uid(conn)
+            if uid != os.getuid():
+                _reply(conn, refused=f"a request from user id {uid}, not {os.getuid()}")
+                conn.close()
+                return
+            conn.settimeout(30)  # a client that connects and says nothing must not stop the others
             request, fds = read_request(conn)
+            conn.settimeout(None)
             differs = import_time_difference(self.env, request["env"])
             if differs is not None or len(fds) != 3:
                 reason = f"{differs} differs from the zygote's" if differs else "the standard streams did not arrive"
