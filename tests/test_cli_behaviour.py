@@ -38,7 +38,9 @@ ENTRY_POINTS: list[list[str]] = [
 ]
 # Modules with a `__main__` block that are not run by users: worker processes started by afm itself.
 INTERNAL_MAINS = {"afm.rewards._math_worker", "afm.sandbox.jail_runner",
-                  "afm.rl.cluster"}  # the RL launcher's node check (needs ray: .venv-rl only)
+                  "afm.rl.cluster",  # the RL launcher's node check (needs ray: .venv-rl only)
+                  # the RL launcher's worker zygote and the client Ray runs for each worker (afm/rl/local/zygote.py)
+                  "afm.rl.local.zygote", "afm.rl.local.zygote_client"}
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
