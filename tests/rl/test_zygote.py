@@ -31,6 +31,9 @@ if "torch" in sys.modules:
 print(json.dumps(report), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 if sys.argv[1:2] == ["sleep"]:
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # as vLLM's engine core
+    print(json.dumps({"grandchild": child.pid}), flush=True)
     time.sleep(120)
 sys.exit(int(sys.argv[2]) if sys.argv[1:2] == ["exit"] else 0)
 """
@@ -101,14 +104,17 @@ def test_signals_reach_the_worker_and_the_worker_dies_with_its_client(tmp_path, 
     address, _, _ = zygote
     client = _client(tmp_path, address, "sleep")
     report = json.loads(client.stdout.readline())
+    grandchild = json.loads(client.stdout.readline())["grandchild"]
     client.send_signal(signal.SIGTERM)  # passed on: the worker ends by it, the client with 128 + 15
     assert client.wait(timeout=60) == 128 + signal.SIGTERM
-    assert _gone(report["pid"])
+    # what the worker started, too: it is not the client's descendant, where a cleanup by process tree looks
+    assert _gone(report["pid"]) and _gone(grandchild)
     client = _client(tmp_path, address, "sleep")
     report = json.loads(client.stdout.readline())
-    client.kill()  # SIGKILL cannot be passed on: the worker watches its client
+    grandchild = json.loads(client.stdout.readline())["grandchild"]
+    client.kill()  # SIGKILL cannot be passed on: the worker watches its client and takes its group down
     client.wait(timeout=60)
-    assert _gone(report["pid"])
+    assert _gone(report["pid"]) and _gone(grandchild)
 
 
 def _gone(pid: int, timeout: float = 30) -> bool:

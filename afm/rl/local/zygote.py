@@ -233,8 +233,9 @@ class Zygote:
 
 
 def _die_with(pid: int) -> None:
-    """A thread that kills this process when ``pid`` (the client Ray started and watches) is gone: a worker Ray
-    killed through its client must not live on."""
+    """A thread that kills this worker's process group when ``pid`` (the client Ray started and watches) is gone: a
+    worker Ray killed through its client must not live on, nor what it started (vLLM's engine core): they are not
+    the client's descendants, which is where a cleanup by process tree (afm.common.ray_scope) looks."""
     import select
     import threading
 
@@ -242,7 +243,7 @@ def _die_with(pid: int) -> None:
 
     def watch() -> None:
         select.select([pidfd], [], [])
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(0, signal.SIGKILL)  # this worker leads its group (setpgid above)
 
     threading.Thread(target=watch, name="afm-zygote-client-watch", daemon=True).start()
 

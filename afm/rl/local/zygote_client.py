@@ -1,6 +1,6 @@
 """The ``py_executable`` of Ray's workers when a worker zygote runs (afm/rl/local/zygote.py): asks the zygote for a
-fork that runs this worker, then stands in for it (Ray watches the process it started): it passes on SIGTERM, SIGINT
-and SIGHUP, and exits with the worker's code. Anything the zygote cannot do (no zygote, an environment it was not
+fork that runs this worker, then stands in for it (Ray watches the process it started): it passes SIGTERM, SIGINT
+and SIGHUP on to the worker's process group, and exits with the worker's code. Anything the zygote cannot do (no zygote, an environment it was not
 imported with, interpreter flags) starts the worker as Ray would have, with this interpreter.
 
 Run as ``python -I -S zygote_client.py <worker argv>`` (no site, no user paths: ~10 ms), so the standard library
@@ -51,8 +51,10 @@ def main(argv):
     if "pid" not in first:
         start_here(argv, first.get("refused", "no answer"))
     pid = first["pid"]
+    # to the worker's process group (it leads one): what it started (vLLM's engine core) is not this process's
+    # descendant, so a cleanup that signals every descendant of Ray's processes reaches it only through here
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda number, _frame: os.kill(pid, number))
+        signal.signal(sig, lambda number, _frame: os.killpg(pid, number))
     line = replies.readline()  # the worker's exit (a signal handled meanwhile does not cut it short: PEP 475)
     if not line:  # the zygote ended first: wait for the worker itself
         wait_gone(pid)
