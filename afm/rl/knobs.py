@@ -159,11 +159,11 @@ def plan(s: RlSettings, env: Mapping[str, str], *, task: str, script: str, root:
     r = resolve_paths(s, task, bases, ckpt_dir, root, loggers, attention(s.attn_impl, python, env))
     if s.reward_manager == "dapo" and s.algorithm == "ppo":
         warn("REWARD_MANAGER=dapo with ALGORITHM=ppo: DAPO's overlong shaping on PPO")
+    zygote = zygote_overrides(s, python, root)
     ov = [*data_overrides(s, r), *actor_overrides(s, r), *algorithm_overrides(s, r), *rollout_overrides(s, r),
-          *device_overrides(s), *zygote_overrides(s, python, root), *multinode_overrides(s, env), *checkpoint_overrides(s), *reward_overrides(s, r),
-          *trainer_overrides(s, r), *s.extra_args.split(), *tail]
+          *device_overrides(s), *zygote, *multinode_overrides(s, env), *checkpoint_overrides(s),
+          *reward_overrides(s, r), *trainer_overrides(s, r), *s.extra_args.split(), *tail]
     added, notes = environment_notes(s, env, r.ckpt_dir, caller_dir)
-    zygote = any(o.startswith("++ray_kwargs.ray_init.runtime_env.py_executable=") for o in ov)
     if zygote:
         notes.append(f"WORKER_ZYGOTE={s.worker_zygote}: Ray's workers fork from one process with torch, tensordict and "
                      f"transformers imported (log: {r.ckpt_dir}/{ZYGOTE_LOG})")
@@ -173,7 +173,7 @@ def plan(s: RlSettings, env: Mapping[str, str], *, task: str, script: str, root:
                     int(s.nnodes), as_bool("DRY_RUN", s.dry_run) == "true" or dry_run,
                     inputs=[*files, r.tool_cfg, r.agent_cfg], model=r.model, env=added,
                     gpus=int(s.gpus_per_node), join_timeout=s.join_timeout, engine=s.rollout_engine,
-                    zygote=zygote)
+                    zygote=bool(zygote))
 
 
 def checkpoint_dir(s: RlSettings, root: str, bases: Mapping[str, str]) -> str:
