@@ -387,7 +387,7 @@ with the launcher's python; `python -m afm.launch.sft --help` shows how to call 
 The command is printed before it runs, OUTPUT_DIR is created and everything is appended to
 $OUTPUT_DIR/training.log ($OUTPUT_DIR/training.node<R>.log on node R > 0).
 With more than one process, more than one node or DeepSpeed, FORCE_TORCHRUN=1 and NNODES, NODE_RANK, MASTER_ADDR,
-MASTER_PORT, NPROC_PER_NODE are exported: LLaMA-Factory then starts torchrun itself.
+MASTER_PORT, NPROC_PER_NODE are exported: afm-sft then starts torchrun (LLaMA-Factory's flags, afm/sft/torchrun.py).
 LLaMA-Factory re-joins the arguments with spaces for torchrun, so no value may contain whitespace.
 
 """

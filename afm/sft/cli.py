@@ -9,6 +9,7 @@ usage:
 
 from __future__ import annotations
 
+import os
 import sys
 
 from afm.sft.args import CliError, normalize_args
@@ -34,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
             raise CliError(f"unknown command {command!r}\n{USAGE}")
         rest = normalize_args(rest)
         require_supported()  # before the overlay imports LLaMA-Factory's modules, which may have moved
+        if command == "train":
+            # torchrun fixed by the environment: started here, without importing the training stack (the ranks do)
+            from afm.sft.torchrun import run, torchrun_plan
+
+            if (plan := torchrun_plan(rest, os.environ)) is not None:
+                return run(plan)
         from afm.sft.overlay import apply
 
         apply()

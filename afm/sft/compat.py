@@ -78,7 +78,7 @@ UPSTREAM: tuple[UpstreamSymbol, ...] = (
                    "sort_micro_batches: the length-sorted step sampler"),
     UpstreamSymbol("llamafactory.launcher", "__file__", "replaced",
                    "torchrun workers re-execute afm.sft.launcher (with the overlay)"),
-    UpstreamSymbol("llamafactory.launcher", "launch", "called", "afm-sft hands the command to LLaMA-Factory"),
+    UpstreamSymbol("llamafactory.launcher", "launch", "called", "afm-sft hands the command to LLaMA-Factory (unless FORCE_TORCHRUN and NPROC_PER_NODE fix the torchrun start: afm.sft.torchrun)"),
     UpstreamSymbol("llamafactory.train.tuner", "run_exp", "called", "what afm.sft.launcher runs on every rank"),
     UpstreamSymbol("llamafactory.hparams", "get_train_args", "called", "afm-sft mask-report parses the config"),
     UpstreamSymbol("llamafactory.model", "load_tokenizer", "called", "afm-sft mask-report loads the tokenizer"),
