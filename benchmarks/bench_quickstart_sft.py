@@ -9,7 +9,8 @@ same sampler, so they train the same rows step by step. ``--compare ranks``: A i
 torchrun ranks of one thread each (gloo), the same steps split between them. ``--compare precision``: A float32, B
 bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design).
 ``--compare openmp``: A libgomp's default spin at a barrier, B a short one (``GOMP_SPINCOUNT=3000``);
-``--compare passive``: B none (``OMP_WAIT_POLICY=PASSIVE``, what scripts/test.sh sets); ``--busy N`` runs N busy loops beside every run (a shared
+``--compare logits``: A takes the head's logits at every position, B only where the next token is trained
+(``trained_logits_only``, what the quickstart sets). ``--compare passive``: B none (``OMP_WAIT_POLICY=PASSIVE``, what scripts/test.sh sets); ``--busy N`` runs N busy loops beside every run (a shared
 machine). Prints each run's steps/s over the steps after ``--warmup``
 (from ``trainer_log.jsonl``), the medians, the ratio, and whether A's and B's losses agree step by step (neither
 change may change the numbers).
@@ -58,6 +59,9 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     # a shared machine
     "openmp": {"spin (default)": {ENV: {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}},
                "short spin": {ENV: {"GOMP_SPINCOUNT": "3000", "OMP_WAIT_POLICY": None}}},
+    # the head and the loss at every position against only where the next token is trained (trained_logits_only,
+    # what the quickstart sets): the same loss by construction
+    "logits": {"all positions": {"trained_logits_only": False}, "trained only": {"trained_logits_only": True}},
     "passive": {"spin (default)": {ENV: {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}},
                 "passive": {ENV: {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None}}},
 }

@@ -120,6 +120,7 @@ def test_the_sft_step_runs_as_sorted_micro_batches():
     cfg = sft_config(Path("m"), Path("d"), Path("o"), profile.DEFAULT.sft_schedule())
     assert cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] == profile.DEFAULT.sft_batch_size
     assert cfg["gradient_accumulation_steps"] == 2 and cfg["sort_micro_batches"] is True
+    assert cfg["trained_logits_only"] is True  # the same loss, the head only where a token is trained
     one = sft_config(Path("m"), Path("d"), Path("o"), profile.SftSchedule(1.0, 16, 1e-3, micro_batches=1))
     assert one["per_device_train_batch_size"] == 16 and one["sort_micro_batches"] is False
     with pytest.raises(ValueError, match="does not split"):

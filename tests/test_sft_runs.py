@@ -67,13 +67,16 @@ def _untrained_loss(cfg_path) -> float:
 
 def test_sft_masked_vs_unmasked_and_packed(tiny_model, demo_data, tmp_path):
     """Step 1 covers every row in one batch, so its loss is the untrained model's loss over exactly the labels that
-    masking (and packing) left: computed here independently, it must match what LLaMA-Factory logged."""
+    masking (and packing) left: computed here independently, it must match what LLaMA-Factory logged. The masked and
+    packed runs take logits only at trained positions (trained_logits_only), the unmasked one all of them."""
     reports = {}
-    for name, extra in {"masked": {}, "unmasked": {"ignore_observation": False},
-                        "packed": {"packing": True, "cutoff_len": 2048}}.items():
+    for name, extra in {"masked": {"trained_logits_only": True}, "unmasked": {"ignore_observation": False},
+                        "packed": {"packing": True, "cutoff_len": 2048, "trained_logits_only": True}}.items():
         cfg, out = _train(tmp_path, name, model=tiny_model, data=demo_data, per_device_train_batch_size=32, **extra)
         proc = run_afm_sft(["train", str(cfg)])
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert ("[afm] trained_logits_only: the first micro-batch takes logits at" in proc.stdout) \
+            == bool(extra.get("trained_logits_only")), name
         # float32 batched vs one row at a time: ~1e-5 relative apart; masking moves the loss ~6e-4 relative
         assert _first_step_loss(out) == pytest.approx(_untrained_loss(cfg), rel=5e-5), name
         assert _train_loss(out) < _first_step_loss(out)  # three steps of training lowered it
@@ -115,6 +118,10 @@ def test_sorted_micro_batches_train_the_same_step_with_less_padding(tiny_model, 
                     sort_micro_batches=True)
     proc = run_afm_sft(["train", str(cfg)])
     assert proc.returncode != 0 and "sort_micro_batches is implemented for stage sft only" in proc.stderr
+    cfg, _ = _train(tmp_path, "refused_logits", model=tiny_model, data=demo_data, stage="dpo",
+                    dataset="afm_demo_dpo", trained_logits_only=True)
+    proc = run_afm_sft(["train", str(cfg)])
+    assert proc.returncode != 0 and "trained_logits_only is implemented for stage sft only" in proc.stderr
 
 
 def torch_allclose(a, b, atol: float) -> bool:

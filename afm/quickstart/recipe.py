@@ -194,6 +194,9 @@ def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, se
         "cutoff_len": schedule.cutoff_len,
         "per_device_train_batch_size": schedule.batch_size // schedule.micro_batches,
         "gradient_accumulation_steps": schedule.micro_batches, "sort_micro_batches": schedule.micro_batches > 1,
+        # the head and the loss only where the next token is trained (about half the positions: the prompt and the
+        # observations are masked): the same loss, a shorter step (afm.sft.trained_logits)
+        "trained_logits_only": True,
         "learning_rate": schedule.learning_rate, "lr_scheduler_type": "cosine",
         "warmup_ratio": 0.05, "num_train_epochs": schedule.epochs, "logging_steps": 5, "save_strategy": "no",
         "report_to": "none", "plot_loss": True, "overwrite_cache": True, "preprocessing_num_workers": 1,

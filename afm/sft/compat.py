@@ -76,6 +76,8 @@ UPSTREAM: tuple[UpstreamSymbol, ...] = (
                                                                       "finetuning_args")),
     UpstreamSymbol("llamafactory.train.sft.trainer", "CustomSeq2SeqTrainer._get_train_sampler", "wrapped",
                    "sort_micro_batches: the length-sorted step sampler"),
+    UpstreamSymbol("llamafactory.train.sft.trainer", "CustomSeq2SeqTrainer.compute_loss", "wrapped",
+                   "trained_logits_only: logits and loss only at trained positions", ("model", "inputs")),
     UpstreamSymbol("llamafactory.launcher", "__file__", "replaced",
                    "torchrun workers re-execute afm.sft.launcher (with the overlay)"),
     UpstreamSymbol("llamafactory.launcher", "launch", "called", "afm-sft hands the command to LLaMA-Factory (unless FORCE_TORCHRUN and NPROC_PER_NODE fix the torchrun start: afm.sft.torchrun)"),

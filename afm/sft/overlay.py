@@ -16,6 +16,8 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
 5. ``sort_micro_batches: true`` (SFT): ``tuner.run_sft`` is wrapped to carry the flag to the trainer, whose
    ``_get_train_sampler`` then returns :class:`afm.sft.sorted_batches.LengthSortedStepSampler` (the same random
    steps, each step's rows longest first, so its micro-batches pad less; the gradient is unchanged).
+   ``trained_logits_only: true`` (SFT): the trainer's ``compute_loss`` is wrapped so that the output head and the
+   loss see only the positions whose next token is trained (:mod:`afm.sft.trained_logits`; the loss is unchanged).
 
 Every upstream name touched here is listed in :data:`afm.sft.compat.UPSTREAM` (tested one by one), and
 :func:`apply` first checks that the installed LLaMA-Factory is a supported release.
@@ -101,6 +103,14 @@ class AfmDataArguments(DataArguments):
             "help": "SFT: draw each optimizer step's rows at random as usual, then order them longest first, so "
             "with gradient_accumulation_steps > 1 (or several ranks) each micro-batch pads to rows of its own "
             "length. Same rows and same gradient per step, fewer padded tokens."
+        },
+    )
+    trained_logits_only: bool = field(
+        default=False,
+        metadata={
+            "help": "SFT: compute the output head's logits and the loss only at positions whose next token is "
+            "trained (not the prompt, masked observations or padding): the same loss and gradient, less compute "
+            "and logits memory (afm/sft/trained_logits.py)."
         },
     )
     afm_overlay_fingerprint: str = field(default=OVERLAY_FINGERPRINT, init=False, repr=False)
@@ -466,6 +476,8 @@ def _patch_parser() -> None:
                 f"ignore_observation is implemented for stage sft, dpo and rm; stage {stage!r} would still train on "
                 "observations. Remove ignore_observation or use one of those stages."
             )
+        if getattr(data_args, "trained_logits_only", False) and stage != "sft":
+            raise ValueError(f"trained_logits_only is implemented for stage sft only, not {stage!r}; remove it")
         if getattr(data_args, "sort_micro_batches", False):
             if stage != "sft":
                 raise ValueError(f"sort_micro_batches is implemented for stage sft only, not {stage!r}; remove it")
@@ -478,12 +490,15 @@ def _patch_parser() -> None:
     lf_parser._afm_patched = True
 
 
-# sort_micro_batches of the run_sft call in progress in this process (each rank runs run_sft once)
+# sort_micro_batches and trained_logits_only of the run_sft call in progress in this process (each rank runs
+# run_sft once)
 _SORT_MICRO_BATCHES = {"on": False}
+_TRAINED_LOGITS = {"on": False}
 
 
 def _patch_sorted_micro_batches() -> None:
-    """``sort_micro_batches``: carry the data argument to the SFT trainer's sampler."""
+    """``sort_micro_batches`` and ``trained_logits_only``: carry the data arguments to the SFT trainer's sampler and
+    loss."""
     # imported here: the training modules are heavy, and only a training process applies the overlay
     from llamafactory.train import tuner as lf_tuner
     from llamafactory.train.sft import trainer as lf_sft_trainer
@@ -495,10 +510,11 @@ def _patch_sorted_micro_batches() -> None:
     @functools.wraps(orig_run_sft)
     def run_sft(model_args, data_args, training_args, finetuning_args, *args, **kwargs):
         _SORT_MICRO_BATCHES["on"] = bool(getattr(data_args, "sort_micro_batches", False))
+        _TRAINED_LOGITS["on"] = bool(getattr(data_args, "trained_logits_only", False))
         try:
             return orig_run_sft(model_args, data_args, training_args, finetuning_args, *args, **kwargs)
         finally:
-            _SORT_MICRO_BATCHES["on"] = False
+            _SORT_MICRO_BATCHES["on"] = _TRAINED_LOGITS["on"] = False
 
     trainer_cls = lf_sft_trainer.CustomSeq2SeqTrainer
     orig_sampler = trainer_cls._get_train_sampler
@@ -519,8 +535,29 @@ def _patch_sorted_micro_batches() -> None:
             print(padding_estimate(lengths, step, micro, seed).format(step, micro), flush=True)
         return LengthSortedStepSampler(lengths, step, seed)
 
+    orig_loss = trainer_cls.compute_loss
+
+    @functools.wraps(orig_loss)
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        if not (_TRAINED_LOGITS["on"] and model.training and "labels" in inputs):
+            return orig_loss(self, model, inputs, *args, **kwargs)
+        from afm.sft.trained_logits import TrainedLogitsError, trained_positions, unsupported_reason
+
+        if (why := unsupported_reason(self)) is not None:
+            raise TrainedLogitsError(f"trained_logits_only cannot reproduce this loss: {why}; set "
+                                     "trained_logits_only: false")
+        labels = inputs["labels"]
+        if not getattr(self, "_afm_trained_logits_said", False) and self.args.should_log:
+            self._afm_trained_logits_said = True
+            kept, total = int((labels[:, 1:] != -100).sum()), labels[:, 1:].numel()
+            print(f"[afm] trained_logits_only: the first micro-batch takes logits at {kept} of {total} positions "
+                  f"({kept / max(total, 1):.0%}); the loss is the same", flush=True)
+        with trained_positions(model, labels):
+            return orig_loss(self, model, inputs, *args, **kwargs)
+
     lf_tuner.run_sft = run_sft
     trainer_cls._get_train_sampler = _get_train_sampler
+    trainer_cls.compute_loss = compute_loss
     lf_tuner._afm_sort_patched = True
 
 
