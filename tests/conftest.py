@@ -13,6 +13,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Ray runs its workers at niceness 15 (its RAY_worker_niceness, read by each worker; 0 for Ray's own job
+# supervisor): next to processes at niceness 0 - the other suite, xdist's other worker, a busy machine's jobs - a
+# verl worker then gets a few percent of a core (weight 36 against 1024 each) and a two-node launch made no progress
+# in 15 minutes beside 4 busy loops (benchmarks/RESULTS.md, twenty-second session). The tests check what verl and afm
+# do, not how Ray yields the CPU, so their Ray workers compete at the default niceness. Every launch inherits it (the
+# suite's processes, ray_cluster.sh's nodes, the quickstart's DAPO stage); a value in the environment is kept.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 
 def _cuda_missing() -> str | None:
     """Why a ``gpu`` test cannot run here, or None when a CUDA device is visible to torch."""
