@@ -36,7 +36,8 @@ def test_static_rendezvous_command_and_environment():
     assert Path(plan.command[0]).name == "torchrun"
     assert plan.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert plan.env["TORCH_NCCL_AVOID_RECORD_STREAMS"] == "1" and plan.env["NODE_RANK"] == "1"
-    assert "2 distributed tasks at: 10.0.0.1:29500" in plan.banner and "2 nodes, node rank 1" in plan.banner
+    assert "2 distributed tasks at: 10.0.0.1:29500" in plan.banner
+    assert "Multi-node training enabled: num nodes: 2, node rank: 1" in plan.banner  # LLaMA-Factory's words
     off = torchrun_plan(["c.yaml"], {**env, "OPTIM_TORCH": "0"})
     assert off is not None and "PYTORCH_CUDA_ALLOC_CONF" not in off.env
 

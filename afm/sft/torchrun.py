@@ -81,9 +81,10 @@ def torchrun_plan(args: Sequence[str], env: Mapping[str, str]) -> TorchrunPlan |
     else:
         command = [exe, "--nnodes", nnodes, "--node_rank", node_rank, "--nproc_per_node", nproc,
                    "--master_addr", addr, "--master_port", port]
+    # LLaMA-Factory's own two lines, word for word: logs and scripts search for them
     banner = f"[afm-sft] Initializing {nproc} distributed tasks at: {addr}:{port}"
     if nnodes.isdigit() and int(nnodes) > 1:
-        banner += f" (multi-node: {nnodes} nodes, node rank {node_rank})"
+        banner += f"\n[afm-sft] Multi-node training enabled: num nodes: {nnodes}, node rank: {node_rank}"
     return TorchrunPlan([*command, LAUNCHER, *args], child_env, banner)
 
 
