@@ -81,7 +81,7 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
     profile = replace(DEFAULT, untrained_limit=2)
     summary = run(tmp_path / "qs", profile, rl=with_rl)
     out = capsys.readouterr().out
-    assert "[afm] observation masking" in out and "[8/8] summary" in out
+    assert "[afm] observation masking" in out and "[7/7] summary" in out
     stages = summary["stages"]
     assert list(stages) == (["untrained", "sft", "rl"] if with_rl else ["untrained", "sft"]), summary.get("rl_skipped")
     assert set(stages["sft"]) == {"arith", "lookup", "multihop", "calc", "macro"}

@@ -151,7 +151,7 @@ def test_the_recipe_runs_with_a_pretrained_student(tiny_gemma, tmp_path, capsys)
                       untrained_limit=1)
     summary = run(tmp_path / "qs", profile, rl=False)
     out = capsys.readouterr().out
-    assert f"[0/8] the pretrained student: {tiny_gemma}" in out and "[afm] observation masking" in out
+    assert f"[0/7] the pretrained student: {tiny_gemma}" in out and "[afm] observation masking" in out
     assert summary["student"] == {"name": str(tiny_gemma), "sft_template": "gemma", "sft_finetuning": "freeze",
                                   "eval_engine": "hf",
                                   "eval_engine_why": summary["student"]["eval_engine_why"]}

@@ -96,12 +96,17 @@ def train_questions(world_root: Path, counts: dict[str, int], out: Path) -> Path
 def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: int = 0,
                      mistake_rate: float = TEACHER_MISTAKE_RATE, miss_rate: float = TEACHER_MISS_RATE,
                      shortcut_rate: float = 0.0, questions: Path | None = None,
-                     concurrency: int = 16) -> dict[str, Any]:
+                     concurrency: int = 4) -> dict[str, Any]:
     """Teacher runs on the train split (or ``questions``, e.g. :func:`train_questions`) -> filtered runs ->
     LLaMA-Factory dataset ``afm_world_sft`` in ``work/sft_data`` (``shortcut_rate``: the teacher's lookup shortcut,
-    :mod:`afm.quickstart.world`). Returns the paths and the filter report."""
+    :mod:`afm.quickstart.world`). Returns the paths and the filter report.
+
+    ``afm data distill`` runs in its own process, as a user runs it, and the rule-based teacher in a thread of
+    this one: in one process the client's event loop and the teacher's handler threads took turns on one
+    interpreter lock, and the client is the stage's bottleneck (2000 questions: 39 s in-process, 26 s as its own
+    process). ``concurrency`` 4: each call answers in ~1 ms, so more questions at once only add work to the
+    client's connection pool (16: 39 s, 32: 53 s; benchmarks/RESULTS.md, twenty-third session)."""
     from afm.data.convert import main as convert
-    from afm.data.distill import main as distill
     from afm.data.filters import main as filter_runs
     from afm.quickstart.teacher import TeacherModel
 
@@ -111,19 +116,13 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
     (work / "tools.yaml").write_text(yaml.safe_dump(world_tools(servers)))
     runs, kept = work / "runs.jsonl", work / "kept.jsonl"
     questions = questions or world_root / "world" / "train.jsonl"
-    old = os.environ.get("TEACHER_BASE_URL")
     with TeacherModel(seed=seed, mistake_rate=mistake_rate, miss_rate=miss_rate,
                       shortcut_rate=shortcut_rate) as teacher:
-        os.environ["TEACHER_BASE_URL"] = teacher.base_url
-        try:
-            rc = distill(["--input", str(questions), "--output", str(runs),
-                          "--config", str(work / "teacher.yaml"), "--tools-config", str(work / "tools.yaml"),
-                          "--concurrency", str(concurrency), "--no-progress"])
-        finally:
-            if old is None:
-                os.environ.pop("TEACHER_BASE_URL", None)
-            else:
-                os.environ["TEACHER_BASE_URL"] = old
+        # the teacher config reads its endpoint from TEACHER_BASE_URL (TEACHER_CONFIG)
+        rc = subprocess.run([sys.executable, "-m", "afm.data.distill", "--input", str(questions), "--output",
+                             str(runs), "--config", str(work / "teacher.yaml"), "--tools-config",
+                             str(work / "tools.yaml"), "--concurrency", str(concurrency), "--no-progress"],
+                            env={**os.environ, "TEACHER_BASE_URL": teacher.base_url}).returncode
     stop_if_interrupted(rc)
     if rc != 0:
         raise RuntimeError(f"afm data distill failed (exit {rc})")
@@ -151,11 +150,17 @@ def _in_question_order(kept: Path, questions: Path) -> None:
 
 
 def tokenizer_texts(data_dir: Path) -> list[str]:
-    """Text the student's tokenizer is trained on: the SFT set's prompts and trajectories."""
+    """Text the student's tokenizer is trained on: the SFT set's prompts and trajectories, each in the chat
+    format's frame (the default system prompt and role headers that every training row and every evaluation
+    prompt carries). Without the frame its 58 tokens were spelled nearly letter by letter, 14% of a row's; with it,
+    23, and the SFT set is 10% fewer tokens (benchmarks/RESULTS.md, twenty-third session)."""
+    from afm.model.tiny import chat_frame_texts
+
     rows = json.loads((data_dir / f"{SFT_DATASET}.json").read_text())
     texts = [PROMPT.text]
     for r in rows:
-        texts += [str(r.get("instruction", "")), str(r.get("input", "")), str(r.get("output", ""))]
+        texts += [*chat_frame_texts(), str(r.get("instruction", "")), str(r.get("input", "")),
+                  str(r.get("output", ""))]
     return texts
 
 

@@ -5,22 +5,20 @@
    real search, crawl and wiki servers and the code sandbox;
 2. multi-agent distillation (``afm data distill`` driving a rule-based teacher model behind the OpenAI API), then
    ``afm data filter`` and ``afm data convert``;
-3. the observation-masking report of the SFT set (``afm-sft mask-report``);
-4. the untrained student (tiny Qwen2, tokenizer trained on the SFT set), evaluated with ``afm eval run``;
-5. masked SFT (``afm-sft train``, a real LLaMA-Factory run), evaluated;
-6. RL selection: the SFT policy samples the RL split, ``afm data select`` keeps what it does not always solve;
-7. DAPO through verl's real trainer on the local CPU backend (``experiments/train_dapo_code_agent.sh --local``),
+3. the untrained student (tiny Qwen2, tokenizer trained on the SFT set), evaluated with ``afm eval run``;
+4. masked SFT (``afm-sft train``, a real LLaMA-Factory run) with the observation-masking report of its own
+   preprocessing (what ``afm-sft mask-report`` prints), evaluated;
+5. RL selection: the SFT policy samples the RL split, ``afm data select`` keeps what it does not always solve;
+6. DAPO through verl's real trainer on the local CPU backend (``experiments/train_dapo_code_agent.sh --local``),
    evaluated; in the teacher-shortcut world (:mod:`afm.quickstart.world`, the default) the RL set is the ``lookup``
    questions, where the SFT policy copied its teacher's shortcut, and DAPO is meant to fix them;
-8. ``summary.json``, ``report.md`` and ``summary.png``: accuracy per stage and family with CIs, tool calls per task,
+7. ``summary.json``, ``report.md`` and ``summary.png``: accuracy per stage and family with CIs, tool calls per task,
    tokens per solved task, paired differences.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -31,13 +29,16 @@ import yaml
 from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, Profile
 
 
-def _run(cmd: list[str], log: Path) -> None:
-    print(f"$ {' '.join(cmd)}   (log: {log})", flush=True)
-    with log.open("w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise RuntimeError(f"command failed with exit code {proc.returncode}: {' '.join(cmd)}\n{tail}")
+def masking_report(sft_dir: Path, out: Path) -> str:
+    """The observation-masking report the SFT run wrote while tokenizing (``afm_mask_report_train.json``), saved
+    as ``out`` in ``afm-sft mask-report --json``'s form (keyed by split); returns its text. The run computes the
+    same report ``afm-sft mask-report`` would (one pipeline), so the quickstart does not tokenize the set twice
+    (a separate mask-report process was ~11 s of the run)."""
+    from afm.sft.stats import MaskReport
+
+    totals = json.loads((sft_dir / "afm_mask_report_train.json").read_text())
+    out.write_text(json.dumps({"train": totals}, indent=2) + "\n")
+    return MaskReport.from_dict(totals).format("observation masking (train, tag <observation>)")
 
 
 def losses(output_dir: Path) -> list[tuple[int, float]]:
@@ -98,11 +99,11 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     work.mkdir(parents=True, exist_ok=True)
     (work / "profile.json").write_text(json.dumps(asdict(profile), indent=1) + "\n")
     if profile.student:  # a wrong name or folder fails here, not after the distillation
-        print(f"[0/8] the pretrained student: {profile.student} -> {pretrained_dir(profile.student)}", flush=True)
+        print(f"[0/7] the pretrained student: {profile.student} -> {pretrained_dir(profile.student)}", flush=True)
     target, target_why = (SHORTCUT_FAMILY, SHORTCUT_WHY) if profile.teacher_shortcut else ("", "")
     train = profile.train_counts(target)
     more = {f: n for f, n in train.items() if n != profile.train_per_family}
-    print(f"[1/8] the demo world: {profile.train_per_family} train / {profile.rl_per_family} RL / "
+    print(f"[1/7] the demo world: {profile.train_per_family} train / {profile.rl_per_family} RL / "
           f"{profile.heldout_per_family} held-out tasks per family (arith, lookup, multihop, calc)"
           + "".join(f"; {n} train {f} tasks" for f, n in more.items()), flush=True)
     world, root = make_world(work, seed, {"train": max(train.values()), "rl": profile.rl_per_family,
@@ -115,7 +116,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
               "(their page URLs) differ from another run of the seed", flush=True)
     with DemoServers(work / "servers", world=world, site_port=site_port) as servers:
         exit_signals.check()
-        print("[2/8] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
+        print("[2/7] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
               "solves the train split with the real tools; afm data filter; afm data convert", flush=True)
         t = time.monotonic()
         questions = train_questions(root, train, work / "distill" / "questions.jsonl") if more else None
@@ -132,15 +133,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         sft_yaml = work / "sft.yaml"
         sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed, template)))
         exit_signals.check()
-        print("[3/8] observation masking report of the SFT set", flush=True)
-        _run([sys.executable, "-m", "afm.sft.cli", "mask-report", str(sft_yaml), "--json",
-              str(work / "mask_report.json")], work / "mask_report.log")
-        text = (work / "mask_report.log").read_text()
-        start = text.find("[afm] observation masking")
-        print(text[start:].split("\n---")[0].rstrip() if start >= 0 else text[-1500:], flush=True)
-
-        exit_signals.check()
-        print(f"[4/8] the untrained student ({student_name(profile)}, {model}) on held-out questions (afm eval run, "
+        print(f"[3/7] the untrained student ({student_name(profile)}, {model}) on held-out questions (afm eval run, "
               f"real tools; engine {engine.name}: {engine.why})", flush=True)
         t = time.monotonic()
         runs["untrained"] = work / "eval" / "untrained"
@@ -150,10 +143,12 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         seconds["eval_untrained"] = time.monotonic() - t
 
         exit_signals.check()
-        print("[5/8] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked)", flush=True)
+        print("[4/7] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked; below, the masking report "
+              "of its preprocessing)", flush=True)
         t = time.monotonic()
         sft = train_sft(model, data, work / "sft", schedule, seed, template)
         seconds["sft"] = time.monotonic() - t
+        print(masking_report(sft, work / "mask_report.json"), flush=True)
         curve = losses(sft)
         print(ascii_curve(curve), flush=True)
         t = time.monotonic()
@@ -168,7 +163,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         if rl:
             meant = f" The RL set is the {target} questions: RL is meant to fix them: {target_why}" if target else ""
             exit_signals.check()
-            print(f"[6/8] RL selection: the SFT policy samples each RL question {profile.rl_samples} times; afm data "
+            print(f"[5/7] RL selection: the SFT policy samples each RL question {profile.rl_samples} times; afm data "
                   f"select drops the ones it always solves.{meant}", flush=True)
             t = time.monotonic()
             n = profile.rl_samples
@@ -193,12 +188,12 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                   f"(mean pass rate {sel['report'].get('mean_pass_rate', 0):.2f}) -> {sel['parquet']}", flush=True)
         if rl and rl_skipped:
             exit_signals.check()
-            print(f"[7/8] DAPO skipped: {rl_skipped}", flush=True)
+            print(f"[6/7] DAPO skipped: {rl_skipped}", flush=True)
         elif rl:
             exit_signals.check()
             rollout = rollout_engine(profile.student)
             precision, threads = rl_precision(profile.student), rl_threads(profile.student)
-            print(f"[7/8] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, {rollout[0]} rollout: "
+            print(f"[6/7] DAPO for {profile.rl_steps} steps through verl's trainer (CPU, {rollout[0]} rollout: "
                   f"{rollout[1]}; {precision[0]}: {precision[1]}; {threads[0]} thread(s) a process: {threads[1]}; "
                   "afm_agent loop, the same tools)", flush=True)
             t = time.monotonic()
@@ -233,7 +228,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             seconds["eval_rl"] = time.monotonic() - t
 
     exit_signals.check()
-    print("[8/8] summary", flush=True)
+    print("[7/7] summary", flush=True)
     compare = [("sft", "untrained")] + ([("rl", "sft")] if "rl" in runs else [])
     summary = rename_families(stage_summary({k: str(v) for k, v in runs.items()}, compare=compare), "world_")
     seconds["total"] = time.monotonic() - t0
