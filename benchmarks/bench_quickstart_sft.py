@@ -10,7 +10,8 @@ torchrun ranks of one thread each (gloo), the same steps split between them. ``-
 bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design).
 ``--compare openmp``: A libgomp's default spin at a barrier, B a short one (``GOMP_SPINCOUNT=3000``);
 ``--compare logits``: A takes the head's logits at every position, B only where the next token is trained
-(``trained_logits_only``, what the quickstart sets). ``--compare passive``: B none (``OMP_WAIT_POLICY=PASSIVE``, what scripts/test.sh sets); ``--busy N`` runs N busy loops beside every run (a shared
+(``trained_logits_only``, what the quickstart sets). ``--compare passive``: B none (``OMP_WAIT_POLICY=PASSIVE``, what scripts/test.sh sets); ``--compare loader``: A
+reads and collates each step's rows in the training process, B in one dataloader worker process, ahead of the step; ``--busy N`` runs N busy loops beside every run (a shared
 machine). Prints each run's steps/s over the steps after ``--warmup``
 (from ``trainer_log.jsonl``), the medians, the ratio, and whether A's and B's losses agree step by step (neither
 change may change the numbers).
@@ -64,6 +65,9 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "logits": {"all positions": {"trained_logits_only": False}, "trained only": {"trained_logits_only": True}},
     "passive": {"spin (default)": {ENV: {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}},
                 "passive": {ENV: {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None}}},
+    # the batches read and collated in the training process between steps (LLaMA-Factory's default) against one
+    # dataloader worker process that prepares the next ones while a step computes
+    "loader": {"in the trainer": {"dataloader_num_workers": 0}, "1 worker": {"dataloader_num_workers": 1}},
 }
 
 

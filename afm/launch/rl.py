@@ -63,6 +63,7 @@ _BOOL = Check(lambda v: v.lower() in _BOOL_WORDS, "true or false")
 _NUMBER = Check(is_number, "a number")
 _POSINT = Check(is_posint, "a positive integer")
 _POSINT_OR_EMPTY = Check(lambda v: not v or is_posint(v), "a positive integer or empty")
+_NUMBER_OR_EMPTY = Check(lambda v: not v or is_number(v), "a number or empty")
 _OFF_INT = Check(is_int, "an integer, -1 = off")
 
 # ---- per-task defaults (the paper's settings: Chain-of-Agents, arXiv 2508.13167, and the original's
@@ -185,6 +186,9 @@ class RlSettings:
     warmup_ratio: str = knob("WARMUP_RATIO", "0.0", "lr warmup as a fraction of the steps", check=_NUMBER,
                              shown="task")
     weight_decay: str = knob("WEIGHT_DECAY", "0.01", "AdamW weight decay", check=_NUMBER, shown="task")
+    adam_eps: str = knob("ADAM_EPS", "", "AdamW epsilon (empty: torch's 1e-8). Above the gradient's size per\n"
+                         "weight, a weight's step follows its gradient instead of ~LR for each\n"
+                         "(the quickstart's tiny policy: 1e-3, docs/rl.md)", check=_NUMBER_OR_EMPTY)
     max_prompt_length: str = knob("MAX_PROMPT_LENGTH", "2048", "data.max_prompt_length", check=_POSINT, shown="task")
     max_response_length: str = knob("MAX_RESPONSE_LENGTH", "", "tokens after the prompt, observations included",
                                     check=_POSINT, shown="task")

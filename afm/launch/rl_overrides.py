@@ -85,6 +85,8 @@ def actor_overrides(s: RlSettings, r: Resolved) -> list[str]:
            f"actor_rollout_ref.actor.fsdp_config.param_offload={as_bool('PARAM_OFFLOAD', s.param_offload)}",
            f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={as_bool('OPTIMIZER_OFFLOAD', s.optimizer_offload)}",
            f"+actor_rollout_ref.model.override_config.attn_implementation={r.attn_impl}"]
+    if s.adam_eps:  # verl passes override_optimizer_config to the optimizer's constructor (null by default)
+        out.append(f"actor_rollout_ref.actor.optim.override_optimizer_config={{eps:{s.adam_eps}}}")
     if s.algorithm == "ppo":
         out.append(f"+critic.model.override_config.attn_implementation={r.attn_impl}")
     return out

@@ -199,6 +199,22 @@ def test_env_knobs_change_the_right_keys(tmp_path):
     assert cfg.data.seed == 1
 
 
+def test_adam_eps_reaches_the_actors_optimizer_and_is_torchs_when_unset():
+    """ADAM_EPS goes to the optimizer's constructor through verl's override_optimizer_config (the quickstart's
+    DAPO sets 1e-3); unset, verl's config keeps none and torch's AdamW its 1e-8."""
+    from verl.workers.config.optimizer import FSDPOptimizerConfig, build_optimizer
+
+    cfg = composed("code", ADAM_EPS="1e-3")
+    verl_validate(cfg)
+    assert dict(cfg.actor_rollout_ref.actor.optim.override_optimizer_config) == {"eps": 0.001}
+    assert composed("code").actor_rollout_ref.actor.optim.override_optimizer_config is None
+    import torch
+
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))],
+                          FSDPOptimizerConfig(lr=5e-5, override_optimizer_config={"eps": 0.001}))
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["eps"] == 0.001 and opt.defaults["lr"] == 5e-5
+
+
 def test_no_validation_files_turns_validation_off():
     cfg = composed("mhqa", VAL_FILES="")
     # verl's V1 trainer builds a validation dataset even when it never validates: the training files stand in.
@@ -243,6 +259,7 @@ def test_dapo_overlong_knobs_and_filter_switch():
     ("web", {"LOGGER": "console,foo"}, (), "LOGGER must be"),
     ("web", {"ROLLOUT_N": "0"}, (), "ROLLOUT_N must be a positive integer"),
     ("web", {"LR": "fast"}, (), "LR must be a number"),
+    ("code", {"ADAM_EPS": "tiny"}, (), "ADAM_EPS must be a number or empty"),
     ("code", {"STAGE": "3"}, (), "STAGE must be 1"),
     ("code", {"MINI_BATCH_SIZE": "48"}, (), "multiple of MINI_BATCH_SIZE"),
     ("mhqa", {"OVERLONG_BUFFER_LEN": "99999"}, (), "OVERLONG_BUFFER_LEN"),
