@@ -129,6 +129,9 @@ def _quickstart_parser(sub: Any) -> None:
                    help=f"RL-split questions per family (default {d.rl_per_family})")
     q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")
     q.add_argument("--rl-lr", type=float, default=None, help=f"DAPO learning rate (default {_num(d.rl_lr)})")
+    q.add_argument("--rl-adam-eps", type=float, default=None,
+                   help=f"DAPO's AdamW epsilon, 0 = torch's 1e-8 (default {_num(d.rl_adam_eps)}; the plain world's and "
+                        "a pretrained student's: 0)")
     q.add_argument("--rl-mini-batch", type=int, default=None,
                    help=f"prompts per PPO update of the {RL_KNOBS['TRAIN_BATCH_SIZE']} a DAPO step samples (default "
                         f"{d.rl_mini_batch}: {updates} updates a step)")
@@ -160,7 +163,8 @@ def _quickstart_profile(make: Any, args: argparse.Namespace) -> Any:
                 student_layers=args.student_layers, student_kv_heads=args.student_kv_heads,
                 student_width=args.student_width,
                 rl_steps=args.rl_steps, rl_per_family=args.rl_per_family,
-                rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_mini_batch=args.rl_mini_batch,
+                rl_samples=args.rl_samples, rl_lr=args.rl_lr, rl_adam_eps=args.rl_adam_eps,
+                rl_mini_batch=args.rl_mini_batch,
                 rl_temperature=args.rl_temperature, teacher_shortcut=args.teacher_shortcut,
                 student=args.model)
 

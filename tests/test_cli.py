@@ -111,6 +111,9 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
         # the profile's PPO mini-batch (one prompt: several updates a step) reached verl's config
         dapo_log = (tmp_path / "qs" / "rl" / "dapo.log").read_text()
         assert "actor_rollout_ref.actor.ppo_mini_batch_size=1 " in dapo_log
+        # and its Adam epsilon (profile.rl_adam_eps), in the optimizer verl built
+        assert "'actor_rollout_ref.actor.optim.override_optimizer_config={eps:0.001}'" in dapo_log
+        assert "'override_optimizer_config': {'eps': 0.001}" in dapo_log
         # the rollouts' turns are the evaluations' (one generation capped as afm eval caps it)
         loops = tmp_path / "qs" / "rl" / "agent_loops.yaml"
         assert f"agent_loop_config_path={loops} " in dapo_log

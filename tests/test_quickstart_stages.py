@@ -167,9 +167,10 @@ def test_rl_questions_keep_the_families_asked_for(tmp_path):
 
 def test_each_world_takes_its_own_settings_unless_flags_give_them():
     """The default is the teacher-shortcut world with its settings; ``--no-teacher-shortcut`` is the plain world with
-    the plain world's (6 -> 4 SFT epochs, 1e-3 -> 2e-3, DAPO 8 steps at 5e-5 and 0.7 -> 4 at 3e-5 and 1.0), every
-    other setting of the profile it starts from; ``--full`` is the plain world at its own size, and
-    ``--full --teacher-shortcut`` takes only the shortcut world's DAPO lr and temperature; flags win."""
+    the plain world's (6 -> 4 SFT epochs, 1e-3 -> 2e-3, DAPO 8 steps at 5e-5, 0.7 and Adam epsilon 1e-3 -> 4 at
+    3e-5, 1.0 and torch's epsilon), every other setting of the profile it starts from; ``--full`` is the plain world
+    at its own size, and ``--full --teacher-shortcut`` takes only the shortcut world's DAPO lr, temperature and
+    epsilon; flags win."""
     from afm.quickstart.profile import (
         DEFAULT,
         FULL,
@@ -188,11 +189,13 @@ def test_each_world_takes_its_own_settings_unless_flags_give_them():
     plain = profile_from_args(teacher_shortcut=False)
     assert plain == replace(DEFAULT, teacher_shortcut=False, **PLAIN_SETTINGS)
     assert (plain.sft_epochs, plain.sft_lr, plain.rl_steps, plain.rl_lr, plain.rl_temperature) == (4.0, 2e-3, 4, 3e-5, 1.0)
+    assert (DEFAULT.rl_adam_eps, plain.rl_adam_eps) == (1e-3, 0.0)
     assert profile_from_args(teacher_shortcut=True) == DEFAULT
     assert profile_from_args(True) == FULL and (FULL.sft_epochs, FULL.rl_steps, FULL.rl_lr) == (3.0, 30, 3e-5)
     full_on = profile_from_args(True, teacher_shortcut=True)
     assert full_on == replace(FULL, teacher_shortcut=True, rl_lr=SHORTCUT_SETTINGS["rl_lr"],
-                              rl_temperature=SHORTCUT_SETTINGS["rl_temperature"])
+                              rl_temperature=SHORTCUT_SETTINGS["rl_temperature"],
+                              rl_adam_eps=SHORTCUT_SETTINGS["rl_adam_eps"])
     assert all(getattr(full_on, k) == getattr(FULL, k) for k in FULL_OWN)
     assert profile_from_args(teacher_shortcut=False, rl_lr=1e-4).rl_lr == 1e-4
     assert profile_from_args(teacher_shortcut=False, rl_temperature=0.7).rl_temperature == 0.7
