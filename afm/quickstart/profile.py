@@ -25,10 +25,6 @@ from afm.quickstart.world import FAMILIES
 STUDENT_VOCAB = 1024
 STUDENT_HEADS = 4
 
-# The families every SFT policy solves in the teacher-shortcut world (the code tool alone; two wiki hops): fewer of
-# their train questions (Profile.easy_family_train_factor) shorten SFT without touching what RL is measured on
-EASY_FAMILIES = ("arith", "multihop")
-
 # The rule-based teacher's noise: the code agent copies an operand wrongly, the verifier accepts a wrong answer.
 TEACHER_MISTAKE_RATE = 0.15
 TEACHER_MISS_RATE = 0.3
@@ -68,11 +64,6 @@ class Profile:
     # the RL family's (the shortcut world's lookup) train questions, in train_per_family: its minority route must be
     # in the SFT set, which a pretrained student's few demonstrations may miss (PRETRAINED_SETTINGS)
     rl_family_train_factor: int = 1
-    # the train questions of EASY_FAMILIES, as a fraction of train_per_family: every SFT policy measured solved them
-    # (arith 92-100%, multihop 100%), and their rows were 47% of the SFT set's tokens; at 0.6 the set is 19% fewer
-    # tokens and SFT as much shorter, the lookup and calc rows (the skills RL and the evaluations turn on) as many
-    # as before (RESULTS.md, twenty-third session)
-    easy_family_train_factor: float = 0.6
     rl_per_family: int = 8
     heldout_per_family: int = 25
     untrained_limit: int = 10  # held-out questions per family for the untrained model (it solves none)
@@ -134,13 +125,10 @@ class Profile:
 
     def train_counts(self, rl_family: str) -> dict[str, int]:
         """Train questions of each family: ``train_per_family``, times ``rl_family_train_factor`` for
-        ``rl_family`` and ``easy_family_train_factor`` for :data:`EASY_FAMILIES` ("": the plain world, no RL family,
-        every family ``train_per_family``)."""
+        ``rl_family`` ("": the plain world, no RL family)."""
         counts = dict.fromkeys(FAMILIES, self.train_per_family)
         if rl_family:
             counts[rl_family] *= self.rl_family_train_factor
-            for family in EASY_FAMILIES:
-                counts[family] = max(1, round(counts[family] * self.easy_family_train_factor))
         return counts
 
     def sft_schedule(self) -> SftSchedule:
@@ -200,7 +188,7 @@ PRETRAINED_SETTINGS: dict[str, Any] = {
     "train_per_family": 12, "rl_family_train_factor": 2, "heldout_per_family": 25, "untrained_limit": 5,
     "sft_epochs": 3.0, "sft_lr": 5e-5, "sft_batch_size": 4, "sft_finetuning": "freeze", "sft_cutoff_len": 1024,
     "rl_per_family": 32, "rl_temperature": 1.0, "rl_lr": 1e-6, "rl_mini_batch": 4, "rl_steps": 4,
-    "rl_refill_cap": 4, "rl_save_every": 1, "easy_family_train_factor": 1.0,
+    "rl_refill_cap": 4, "rl_save_every": 1,
     # torch's Adam epsilon, as Gemma's DAPO was measured (its 268M weights' gradient is far below 1e-3 a weight)
     "rl_adam_eps": 0.0,
 }
