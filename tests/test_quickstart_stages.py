@@ -287,33 +287,3 @@ def test_a_seed_serves_the_demo_site_on_its_own_port_unless_it_is_taken(tmp_path
     servers = DemoServers(tmp_path / "servers", site_port=port)  # not started: its settings only
     assert servers.site == f"http://127.0.0.1:{port}"  # the URLs the teacher's pages carry
 
-
-def test_the_students_tokenizer_learns_the_chat_frame_every_row_carries(tmp_path):
-    """The tiny student's BPE is trained on the SFT rows inside the chat format's frame (the default system prompt,
-    the role headers), which every training row and evaluation prompt carries: without it the frame was 58 tokens,
-    nearly letter by letter; with it one token a word. The rows' own text tokenizes into as many tokens as without."""
-    from transformers import AutoTokenizer
-
-    from afm.model.tiny import DEFAULT_SYSTEM, chat_frame_texts, train_tokenizer
-    from afm.quickstart.recipe import SFT_DATASET, tokenizer_texts
-
-    rows = [{"instruction": f"Question: Compute {i}*{i + 3}+{i % 7}.", "input": "",
-             "output": f"<think>Compute it with code.</think>\n<answer> {i * (i + 3) + i % 7}</answer>", "system": ""}
-            for i in range(200)]
-    (tmp_path / f"{SFT_DATASET}.json").write_text(json.dumps(rows))
-    texts = tokenizer_texts(tmp_path)
-    lengths = {}
-    for name, corpus in (("framed", texts), ("unframed", [t for t in texts if t not in chat_frame_texts()])):
-        train_tokenizer(corpus, tmp_path / name, vocab_size=1024)
-        tok = AutoTokenizer.from_pretrained(tmp_path / name)
-        frame = tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
-        assert DEFAULT_SYSTEM in frame
-        ids = tok(frame)["input_ids"]
-        assert tok.decode(ids) == frame
-        lengths[name] = len(ids)
-        if name == "framed":  # the rows' text, split as it was without the frame
-            row = rows[7]["instruction"] + rows[7]["output"]
-            framed_row = tok(row)["input_ids"]
-    # framed: 3 x (<|im_start|> role \n), 17 words and stops of the system prompt, "x", 2 x (<|im_end|> \n)
-    assert lengths["framed"] <= 31 < 50 < lengths["unframed"], lengths
-    assert len(framed_row) == len(AutoTokenizer.from_pretrained(tmp_path / "unframed")(row)["input_ids"])

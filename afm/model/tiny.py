@@ -42,12 +42,6 @@ CHAT_TEMPLATE = (
 )
 
 
-def chat_frame_texts() -> list[str]:
-    """The text ChatML puts around one single-turn conversation without a system message, special tokens left out
-    (they are split off before the BPE sees the rest): the default system prompt and the role headers."""
-    return [f"system\n{DEFAULT_SYSTEM}", "\nuser\n", "\nassistant\n"]
-
-
 @dataclass(frozen=True)
 class ModelSize:
     """The shape of a tiny Qwen2 (no defaults: a caller names one, :data:`TINY` or the quickstart profile's

@@ -150,17 +150,13 @@ def _in_question_order(kept: Path, questions: Path) -> None:
 
 
 def tokenizer_texts(data_dir: Path) -> list[str]:
-    """Text the student's tokenizer is trained on: the SFT set's prompts and trajectories, each in the chat
-    format's frame (the default system prompt and role headers that every training row and every evaluation
-    prompt carries). Without the frame its 58 tokens were spelled nearly letter by letter, 14% of a row's; with it,
-    23, and the SFT set is 10% fewer tokens (benchmarks/RESULTS.md, twenty-third session)."""
-    from afm.model.tiny import chat_frame_texts
-
+    """Text the student's tokenizer is trained on: the SFT set's prompts and trajectories. (Not the chat format's
+    frame, though every row carries it: with it the set was 10% fewer tokens, SFT no faster, and seed 2's policy a
+    lookup copier DAPO could not move; RESULTS.md, twenty-third session.)"""
     rows = json.loads((data_dir / f"{SFT_DATASET}.json").read_text())
     texts = [PROMPT.text]
     for r in rows:
-        texts += [*chat_frame_texts(), str(r.get("instruction", "")), str(r.get("input", "")),
-                  str(r.get("output", ""))]
+        texts += [str(r.get("instruction", "")), str(r.get("input", "")), str(r.get("output", ""))]
     return texts
 
 
