@@ -287,3 +287,22 @@ def test_a_seed_serves_the_demo_site_on_its_own_port_unless_it_is_taken(tmp_path
     servers = DemoServers(tmp_path / "servers", site_port=port)  # not started: its settings only
     assert servers.site == f"http://127.0.0.1:{port}"  # the URLs the teacher's pages carry
 
+
+
+def test_the_masking_report_is_the_sft_runs_own(tmp_path):
+    """The quickstart shows and saves the masking report of SFT's own preprocessing (no second tokenization):
+    its totals in afm-sft mask-report --json's form, its text as the run printed it."""
+    from afm.quickstart.run import masking_report
+
+    totals = {"samples_seen": 3, "samples_kept": 3, "tokens_total": 90, "tokens_masked": 20, "drops": {}}
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "afm_mask_report_train.json").write_text(json.dumps(totals))
+    block = ["[afm] observation masking (train, tag <observation>)", "  samples   seen 3  kept 3  dropped 0",
+             "  observations 2  boundary tokens masked with model text 0"]
+    (tmp_path / "sft.log").write_text("\n".join(["[INFO] loading", *block, "[INFO|hub.py] offline"]) + "\n")
+    text = masking_report(tmp_path / "sft", tmp_path / "sft.log", tmp_path / "mask_report.json")
+    assert text == "\n".join(block)
+    assert json.loads((tmp_path / "mask_report.json").read_text()) == {"train": totals}
+    (tmp_path / "sft.log").write_text("no report printed\n")  # a log without it: the totals, still one line
+    assert masking_report(tmp_path / "sft", tmp_path / "sft.log", tmp_path / "m.json").startswith(
+        "[afm] observation masking: {")

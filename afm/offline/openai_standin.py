@@ -265,7 +265,10 @@ class StandIn(OwnsServer):
                 "--model", model, "--dialect", dialect]
         if tokenizer:
             argv += ["--tokenizer", str(tokenizer)]
-        self.server = ServerProcess(argv, self.port)
+        # a stand-in with a tokenizer imports transformers (and torch) before it listens: a few seconds idle, and
+        # more than 60 beside a loaded test suite (seen with a DAPO run and two test processes on 2 cores). A dead
+        # process still fails at once (wait_http polls it); the limit only bounds a slow start.
+        self.server = ServerProcess(argv, self.port, startup_timeout=240.0)
 
     @property
     def base_url(self) -> str:

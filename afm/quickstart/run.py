@@ -29,16 +29,20 @@ import yaml
 from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, Profile
 
 
-def masking_report(sft_dir: Path, out: Path) -> str:
+def masking_report(sft_dir: Path, log: Path, out: Path) -> str:
     """The observation-masking report the SFT run wrote while tokenizing (``afm_mask_report_train.json``), saved
-    as ``out`` in ``afm-sft mask-report --json``'s form (keyed by split); returns its text. The run computes the
-    same report ``afm-sft mask-report`` would (one pipeline), so the quickstart does not tokenize the set twice
-    (a separate mask-report process was ~11 s of the run)."""
-    from afm.sft.stats import MaskReport
-
+    as ``out`` in ``afm-sft mask-report --json``'s form (keyed by split), and its text from the run's ``log``. The
+    run computes the report ``afm-sft mask-report`` would (one pipeline), so the quickstart does not tokenize the
+    set twice (a separate mask-report process was ~11 s of the run); the quickstart never imports afm.sft (the
+    LLaMA-Factory side runs in its own processes)."""
     totals = json.loads((sft_dir / "afm_mask_report_train.json").read_text())
     out.write_text(json.dumps({"train": totals}, indent=2) + "\n")
-    return MaskReport.from_dict(totals).format("observation masking (train, tag <observation>)")
+    lines = log.read_text(errors="replace").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("[afm] observation masking")), None)
+    if start is None:
+        return f"[afm] observation masking: {json.dumps(totals)}"
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return "\n".join(lines[start:end])
 
 
 def losses(output_dir: Path) -> list[tuple[int, float]]:
@@ -148,7 +152,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         t = time.monotonic()
         sft = train_sft(model, data, work / "sft", schedule, seed, template)
         seconds["sft"] = time.monotonic() - t
-        print(masking_report(sft, work / "mask_report.json"), flush=True)
+        print(masking_report(sft, work / "sft.log", work / "mask_report.json"), flush=True)
         curve = losses(sft)
         print(ascii_curve(curve), flush=True)
         t = time.monotonic()
