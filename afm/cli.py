@@ -130,8 +130,8 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--rl-samples", type=int, default=None, help="samples per RL question for the selection")
     q.add_argument("--rl-lr", type=float, default=None, help=f"DAPO learning rate (default {_num(d.rl_lr)})")
     q.add_argument("--rl-adam-eps", type=float, default=None,
-                   help=f"DAPO's AdamW epsilon, 0 = torch's 1e-8 (default {_num(d.rl_adam_eps)}; the plain world's and "
-                        "a pretrained student's: 0)")
+                   help=f"DAPO's AdamW epsilon (ADAM_EPS); 0 sets none: torch's 1e-8, or an exported ADAM_EPS (default "
+                        f"{_num(d.rl_adam_eps)}; the plain world's and a pretrained student's: 0)")
     q.add_argument("--rl-mini-batch", type=int, default=None,
                    help=f"prompts per PPO update of the {RL_KNOBS['TRAIN_BATCH_SIZE']} a DAPO step samples (default "
                         f"{d.rl_mini_batch}: {updates} updates a step)")

@@ -206,7 +206,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                                 knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(profile=profile), "TEMPERATURE": profile.rl_temperature,
                                        "ROLLOUT_ENGINE": rollout[0], "CPU_PRECISION": precision[0],
                                        "OMP_NUM_THREADS": threads[0],
-                                       "ADAM_EPS": f"{profile.rl_adam_eps:g}" if profile.rl_adam_eps else "",
+                                       # 0: none set here (torch's 1e-8, or the caller's ADAM_EPS)
+                                       **({"ADAM_EPS": f"{profile.rl_adam_eps:g}"} if profile.rl_adam_eps else {}),
                                        # verl's dump of every rollout, for the trajectory viewer (view.html)
                                        "ROLLOUT_DATA_DIR": str(work / "rl" / "rollouts"),
                                        **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch),
