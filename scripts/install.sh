@@ -101,7 +101,7 @@ fi
 # Keep the torch already installed: a constraint stops the resolver from swapping it for a CUDA build.
 constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
-"$PY" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$constraints"
+"$PY" -W ignore -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$constraints"
 # LLaMA-Factory allows gradio 4.38-5.50; next to the rest of this stack pip settles on 5.1.0 (later releases cap
 # dependencies below what is installed, e.g. gradio 5.50 needs pydantic<=2.12.3), but only after downloading some
 # 80 gradio releases (3-4 minutes). The hint skips that search; it picks the same version.
