@@ -11,7 +11,8 @@ bf16 autocast over float32 weights (a pretrained student on a CPU with native bf
 ``--compare openmp``: A libgomp's default spin at a barrier, B a short one (``GOMP_SPINCOUNT=3000``);
 ``--compare logits``: A takes the head's logits at every position, B only where the next token is trained
 (``trained_logits_only``, what the quickstart sets). ``--compare passive``: B none (``OMP_WAIT_POLICY=PASSIVE``, what scripts/test.sh sets); ``--compare loader``: A
-reads and collates each step's rows in the training process, B in one dataloader worker process, ahead of the step; ``--busy N`` runs N busy loops beside every run (a shared
+reads and collates each step's rows in the training process, B in one dataloader worker process, ahead of the step;
+``--compare threads``: A torch's intra-op threads (one a core), B one thread (``OMP_NUM_THREADS=1``); ``--busy N`` runs N busy loops beside every run (a shared
 machine). Prints each run's steps/s over the steps after ``--warmup``
 (from ``trainer_log.jsonl``), the medians, the ratio, and whether A's and B's losses agree step by step (neither
 change may change the numbers).
@@ -68,6 +69,9 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     # the batches read and collated in the training process between steps (LLaMA-Factory's default) against one
     # dataloader worker process that prepares the next ones while a step computes
     "loader": {"in the trainer": {"dataloader_num_workers": 0}, "1 worker": {"dataloader_num_workers": 1}},
+    # torch's intra-op threads: one a core (its default) against one; with --busy N beside, as in the test suite
+    # (three pytest processes on two cores)
+    "threads": {"a thread a core": {ENV: {"OMP_NUM_THREADS": None}}, "1 thread": {ENV: {"OMP_NUM_THREADS": "1"}}},
 }
 
 
