@@ -4,10 +4,9 @@
 #
 # Why uv: pip took 157 s for .venv and 236 s for .venv-rl with vLLM on a fresh 2-core machine, a fifth of CI's time;
 # uv resolves the same versions (`pip freeze` of both environments compared, benchmarks/RESULTS.md, twenty-fourth
-# session) and installs them in parallel without compiling every module to bytecode first (Python compiles what is
-# imported, once). uv reads neither pip.conf nor PIP_* variables, so pip's own index settings (`pip config list`:
-# index-url, extra-index-url, find-links; a mirror, a folder of local wheels) are handed to it, with pip's rule for
-# several indexes (the best version from any of them). Where uv cannot be installed or fails, pip does the install.
+# session) and installs them in parallel, compiling the bytecode on every core. uv reads neither pip.conf nor PIP_*
+# variables, so pip's own index settings (`pip config list`: index-url, extra-index-url, find-links; a mirror, a
+# folder of local wheels) are handed to it, with pip's rule for several indexes (the best version from any of them). Where uv cannot be installed or fails, pip does the install.
 #
 # Knobs: AFM_INSTALLER (uv | pip; default uv; "none" environments, AFM_VENV=none, always use pip: uv would need
 # --system there), AFM_UV_VERSION (the uv release installed into the environment with pip).
@@ -48,7 +47,9 @@ afm_pip_install() {
     if uv=$(afm_uv_for "$py"); then
       local index=()
       mapfile -t index < <(afm_pip_index_args "$py")
-      if "$uv" pip install --python "$py" --index-strategy unsafe-best-match "${index[@]}" "$@"; then
+      # --compile-bytecode: as pip does. Without it an environment with PYTHONDONTWRITEBYTECODE=1 (this machine's, and
+      # so CI's) compiles every module it imports in every process: the test suite took 1.84x the CPU
+      if "$uv" pip install --python "$py" --compile-bytecode --index-strategy unsafe-best-match "${index[@]}" "$@"; then
         return 0
       fi
       echo "[install] uv could not install $*: pip does it" >&2

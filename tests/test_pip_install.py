@@ -67,7 +67,7 @@ def test_uv_installs_with_pips_index_settings_and_pips_rule_for_several_indexes(
     py = _venv(tmp_path)
     proc, calls = _install(py, "-c", "cons.txt", "-e", ".[sft,dev]")
     assert proc.returncode == 0, proc.stderr
-    assert calls == [f"uv pip install --python {py} --index-strategy unsafe-best-match "
+    assert calls == [f"uv pip install --python {py} --compile-bytecode --index-strategy unsafe-best-match "
                      "--find-links=/opt/wheels --extra-index-url=file:///opt/pypi/simple "
                      "--extra-index-url=file:///opt/pypi-more/simple --index-url=https://mirror.example/simple "
                      "-c cons.txt -e .[sft,dev]"]

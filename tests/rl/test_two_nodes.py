@@ -41,6 +41,8 @@ from afm.rl.local.hf_engine import weights_checksum
 # its first test's time limit: 576 s beside other jobs, 912 s at a load of 20-29 (the global 900 s then failed all
 # nine tests at setup). 2400 s leaves 3x+; each launch inside has its own timeout (900 s) for a real hang.
 pytestmark = pytest.mark.timeout(2400)
+# the resumed run's time to step 3's rollouts: ~2 minutes idle, past 600 s beside 4 busy loops
+RESUME_BOUND_S = 1500
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "experiments" / "ray_cluster.sh"
@@ -255,20 +257,30 @@ def _resume_and_kill_mid_step(cluster: Cluster, work: Path, log: Path) -> dict:
             proc = subprocess.Popen(["bash", str(SCRIPT), "--local"], cwd=REPO, env=env, stdout=f,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            deadline = time.monotonic() + 600
+            # A bound for a hung run, not a race with the machine's load: beside 4 busy loops the resumed run took
+            # over 600 s to reach step 3 (the old bound), and the kill then landed in step 2 and failed three tests
+            # with misleading messages. Past the bound the run is stopped and the fixture says so.
+            deadline = time.monotonic() + RESUME_BOUND_S
             base = None  # the worker's requests once step 2's checkpoint is complete
+            reached = False
             while proc.poll() is None and time.monotonic() < deadline:
                 if base is None and marker.exists() and marker.read_text().strip() == "2":
                     base = _requests(SERVER_HOSTS[1], cluster.wiki_port)
                 elif base is not None and _requests(SERVER_HOSTS[1], cluster.wiki_port) > base:
+                    reached = True
                     break
                 time.sleep(0.2)
+            if not reached:
+                out["not_reached"] = (f"the resumed run {'exited' if proc.poll() is not None else 'was still running'} "
+                                      f"before a step-3 rollout on the worker node called its tool server "
+                                      f"(bound {RESUME_BOUND_S} s; step-2 checkpoint {'done' if base is not None else 'not done'})")
             out["served"] = [_requests(host, cluster.wiki_port) for host in SERVER_HOSTS]
             out["agent_on_worker"] = cluster.actor(1, "AgentLoopWorker") is not None
-            out["victim"] = victim = cluster.actor(1, "WorkerDict")
+            out["victim"] = victim = cluster.actor(1, "WorkerDict") if reached else None
             if victim is not None and proc.poll() is None:
                 os.kill(victim, signal.SIGKILL)
-            out["code"] = proc.wait(timeout=300)  # within seconds; a hang fails the fixture here
+            if reached:
+                out["code"] = proc.wait(timeout=300)  # within seconds; a hang fails the fixture here
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -323,6 +335,8 @@ def test_a_second_run_resumes_at_step_2(two_nodes):
     work, logs = two_nodes["work"], two_nodes["logs"]
     assert two_nodes["code"] == 0, logs[0].read_text(errors="replace")[-5000:]
     assert "died" in two_nodes, "the second run did not start"
+    assert "not_reached" not in two_nodes["died"], (two_nodes["died"]["not_reached"],
+                                                    logs[1].read_text(errors="replace")[-3000:])
     assert "[afm] Ray cluster: 2 node(s) x 1 GPU(s), same afm and verl" in logs[0].read_text()
     # step 1 is not redone; step 3 is where the second run loses a rank, before its metrics line
     assert _steps(logs[0]) == ["1"] and _steps(logs[1]) == ["2"], logs[1].read_text(errors="replace")[-5000:]
@@ -374,12 +388,14 @@ def test_a_rollout_on_the_worker_node_calls_its_tool_server(two_nodes):
     """The worker node's agent-loop worker ran a trajectory whose tool call reached the wiki server at the worker's
     SERVER_HOST (only that node's Ray workers have it)."""
     died = two_nodes["died"]
+    assert "not_reached" not in died, (died["not_reached"], died["log"].read_text(errors="replace")[-3000:])
     assert died["agent_on_worker"], died["log"].read_text(errors="replace")[-3000:]
     assert died["served"][1] > 0, (died["served"], died["log"].read_text(errors="replace")[-3000:])
 
 
 def test_a_trainer_rank_killed_mid_step_stops_the_run_with_one_line(two_nodes):
     died, seen = two_nodes["died"], two_nodes["seen"]
+    assert "not_reached" not in died, (died["not_reached"], died["log"].read_text(errors="replace")[-3000:])
     worker_node = next(node for node, host in seen.items() if host == SERVER_HOSTS[1])
     log = died["log"]
     assert died["victim"] is not None and died["code"] not in (0, None), log.read_text(errors="replace")[-3000:]
