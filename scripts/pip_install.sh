@@ -6,7 +6,8 @@
 # uv resolves the same versions (`pip freeze` of both environments compared, benchmarks/RESULTS.md, twenty-fourth
 # session) and installs them in parallel, compiling the bytecode on every core. uv reads neither pip.conf nor PIP_*
 # variables, so pip's own index settings (`pip config list`: index-url, extra-index-url, find-links; a mirror, a
-# folder of local wheels) are handed to it, with pip's rule for several indexes (the best version from any of them). Where uv cannot be installed or fails, pip does the install.
+# folder of local wheels) are handed to it, with pip's rule for several indexes (the best version from any of them).
+# Where uv cannot be installed or fails, pip does the install.
 #
 # Knobs: AFM_INSTALLER (uv | pip; default uv; "none" environments, AFM_VENV=none, always use pip: uv would need
 # --system there), AFM_UV_VERSION (the uv release installed into the environment with pip).

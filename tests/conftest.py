@@ -50,6 +50,18 @@ def under_xdist(config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def run_shared_dir(tmp_path_factory, name: str) -> tuple[Path, Any]:
+    """A folder for ``name`` that every pytest-xdist worker of this run shares (the parent of the workers' base
+    temporary folders; a folder of this process's own without xdist), and a file lock to build it under: inputs that
+    two files on different workers both need are built once a run, not once a worker."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / name
+    return folder, FileLock(str(root / f"{name}.lock"))
+
+
 def _file_of(item) -> str:
     return item.nodeid.split("::", 1)[0]
 

@@ -32,12 +32,15 @@ ENTRY_POINTS: list[list[str]] = [
         "afm.data.difficulty", "afm.data.distill", "afm.data.dpo_pairs", "afm.data.filters", "afm.data.rl_parquet",
         "afm.doctor", "afm.sandbox.cli", "afm.agent.infer", "afm.servers.search_server", "afm.servers.crawl_server",
         "afm.servers.wiki_server", "afm.servers.demo_site", "afm.servers.bm25_index", "afm.servers.demo_data",
-        "afm.quickstart.recipe", "afm.quickstart.rl", "afm.rl.local.toy", "afm.sft.launcher", "afm.sft.knobs", "afm.launch.sft",
+        "afm.quickstart.recipe", "afm.quickstart.rl", "afm.rl.local.toy", "afm.sft.knobs", "afm.launch.sft",
         "afm.rl.knobs", "afm.view.cli",
         "afm.offline.openai_standin")),
 ]
 # Modules with a `__main__` block that are not run by users: worker processes started by afm itself.
 INTERNAL_MAINS = {"afm.rewards._math_worker", "afm.sandbox.jail_runner",
+                  # the script torchrun runs on each SFT rank (afm-sft starts it; its --help is LLaMA-Factory's, ~9 s
+                  # of imports: afm-sft train --help is the user's)
+                  "afm.sft.launcher",
                   "afm.rl.cluster",  # the RL launcher's node check (needs ray: .venv-rl only)
                   # the RL launcher's worker zygote and the client Ray runs for each worker (afm/rl/local/zygote.py)
                   "afm.rl.local.zygote", "afm.rl.local.zygote_client"}

@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from conftest import run_shared_dir
 from view_runs import (
     FLIP_DOWN,
     FLIP_UP,
@@ -35,7 +36,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_model):
-    return view_inputs(tmp_path_factory.getbasetemp() / "view-inputs", tiny_model)
+    # built once a run: test_view.py and test_view_browser.py may run on different xdist workers
+    folder, lock = run_shared_dir(tmp_path_factory, "view-inputs")
+    with lock:
+        return view_inputs(folder, tiny_model)
 
 
 @pytest.fixture(scope="module")

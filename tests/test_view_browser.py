@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_shared_dir
 from view_runs import FLIP_DOWN, FLIP_UP, manifest_of, rows_of, view_inputs, write_page
 
 from afm.offline.chromium import headless_chromium, missing
@@ -29,7 +30,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_model):
-    return view_inputs(tmp_path_factory.getbasetemp() / "view-inputs", tiny_model)
+    # built once a run: test_view.py and test_view_browser.py may run on different xdist workers
+    folder, lock = run_shared_dir(tmp_path_factory, "view-inputs")
+    with lock:
+        return view_inputs(folder, tiny_model)
 
 
 @pytest.fixture(scope="module")
