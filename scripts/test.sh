@@ -2,9 +2,9 @@
 # Install what the tests need and run them, in two environments (LLaMA-Factory and verl cannot share one):
 #   1. .venv     (scripts/install.sh: CPU torch, LLaMA-Factory, servers, sandbox, eval, dev) -> every test but tests/rl
 #   2. .venv-rl  (extras rl,servers,sandbox,eval,dev: verl[verl-core]==0.9.1)              -> tests/rl
-# Both are installed before any test runs: the miniature recipe's test (tests/test_cli.py::
-# test_quickstart_runs_the_recipe_in_miniature) runs in
-# .venv and launches its DAPO stage with .venv-rl's interpreter, as the quickstart does.
+# Both are installed before any test runs, side by side (by uv: scripts/pip_install.sh): the miniature recipe's test
+# (tests/test_cli.py::test_quickstart_runs_the_recipe_in_miniature) runs in .venv and launches its DAPO stage with
+# .venv-rl's interpreter, as the quickstart does.
 #   bash scripts/test.sh [pytest args...]      # args go to both runs
 #   AFM_SKIP_RL=1 bash scripts/test.sh ...     # only the first environment
 #   AFM_ONLY_RL=1 bash scripts/test.sh ...     # only the verl tests
