@@ -68,9 +68,12 @@ if (( run_main && need_rl_env )); then
   install_log="$(mktemp "${TMPDIR:-/tmp}/afm-install-rl.XXXXXX.log")"
   install_rl >"$install_log" 2>&1 &
   install_pid=$!
+  # an interrupted install stops the background one too
+  trap 'kill -- "$install_pid" 2>/dev/null; rm -f "$install_log"; exit 130' INT TERM
   main_install_rc=0 rl_install_rc=0
   install_main || main_install_rc=$?
   wait "$install_pid" || rl_install_rc=$?
+  trap - INT TERM
   cat "$install_log" && rm -f "$install_log"
   (( main_install_rc == 0 )) || exit "$main_install_rc"
   (( rl_install_rc == 0 )) || exit "$rl_install_rc"
