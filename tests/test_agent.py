@@ -271,6 +271,50 @@ def test_hf_backend_batches_concurrent_trajectories(tiny_model, tok):
             if seg.kind == "model":
                 assert len(seg.ids) <= 24
 
+def test_hf_backend_samples_do_not_depend_on_batching(tiny_model):
+    """What a request samples is its own: the same requests in batches of 4 or one at a time, in another order, give
+    the same samples (identical prompts interchangeable), with a top-p cut too; a request's seed fixes its ids."""
+    from afm.agent.hf_backend import HFBackend
+
+    prompts = [[1, 2, 3], [1, 2, 3], [4, 5], [1, 2, 3], [6]]
+    sampling = SamplingParams(max_new_tokens=6, temperature=1.0, top_p=0.9)
+
+    def sample(order: list[int], max_batch: int) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
+        backend = HFBackend.from_pretrained(str(tiny_model), max_batch=max_batch, batch_wait_s=0.05, seed=2)
+
+        async def go():
+            try:
+                if max_batch > 1:
+                    return await asyncio.gather(*[backend.generate(prompts[i], sampling) for i in order])
+                return [await backend.generate(prompts[i], sampling) for i in order]
+            finally:
+                await backend.aclose()
+
+        outs = asyncio.run(go())
+        assert backend.batches == (1 if max_batch > 1 else len(order))
+        by_prompt: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for i, g in zip(order, outs, strict=True):
+            by_prompt.setdefault(tuple(prompts[i]), []).append(tuple(g.ids))
+        return sorted((p, tuple(sorted(v))) for p, v in by_prompt.items())
+
+    batched = sample([0, 1, 2, 3, 4], 8)
+    assert batched == sample([4, 3, 2, 1, 0], 1)
+    assert len(set(dict(batched)[(1, 2, 3)])) > 1
+
+    backend = HFBackend.from_pretrained(str(tiny_model), max_batch=4, batch_wait_s=0.05)
+
+    async def seeded():
+        try:
+            s = sampling.with_(seed=9)
+            return await asyncio.gather(backend.generate([1, 2, 3], s), backend.generate([1, 2, 3], s),
+                                        backend.generate([1, 2, 3], sampling.with_(seed=10)))
+        finally:
+            await backend.aclose()
+
+    a, b, c = asyncio.run(seeded())
+    assert a.ids == b.ids != c.ids and backend.batches == 1  # other seeds, one batch
+
+
 def test_hf_backend_samples_the_whole_distribution_without_top_k(tiny_model):
     """top_k -1 is no top-k (as verl's rollouts sample): at a high temperature the random model's first token is
     near uniform over its 1024 entries, so 120 draws give far more than the 50 that transformers' default top_k

@@ -2,6 +2,11 @@
 
 Requests that arrive within ``batch_wait_s`` of each other and share sampling settings are generated in one
 left-padded ``model.generate`` call on a worker thread, so the event loop keeps running tools meanwhile.
+
+Each sampled request draws from its own generator (:mod:`afm.common.row_sampling`): with ``sampling.seed`` set, from
+that seed and the prompt (the same request gives the same ids, as vLLM's per-request seed does); without one, from
+the backend's ``seed``, the prompt and how many identical prompts came before. Which requests shared a batch, and so
+the machine's load, does not change what is sampled.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 from afm.agent.backend import Generation, SamplingParams, find_stop
 from afm.agent.tokens import TokenizerAdapter
+from afm.common.row_sampling import SeedBook, request_seed
 
 
 class HFBackend:
@@ -25,6 +31,7 @@ class HFBackend:
         self.max_batch = max_batch
         self.batch_wait_s = batch_wait_s
         self.seed = seed
+        self.seeds = SeedBook(seed)
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
         self._lock = threading.Lock()  # one generate at a time on the model
@@ -50,7 +57,10 @@ class HFBackend:
             self._queue = asyncio.Queue()
             self._worker = loop.create_task(self._serve())
         fut: asyncio.Future = loop.create_future()
-        await self._queue.put((list(prompt_ids), sampling, fut))
+        ids = list(prompt_ids)
+        # the draw is fixed here, in arrival order, not when the batch forms
+        seed = (request_seed(sampling.seed, ids, 0) if sampling.seed is not None else self.seeds.seed_for(ids))
+        await self._queue.put((ids, sampling, seed, fut))
         return await fut
 
     async def _serve(self) -> None:
@@ -67,25 +77,28 @@ class HFBackend:
                     batch.append(await asyncio.wait_for(self._queue.get(), remaining))
                 except TimeoutError:
                     break
-            groups: dict[SamplingParams, list[tuple[list[int], asyncio.Future]]] = {}
-            for ids, sampling, fut in batch:
+            # requests that differ only in their seeds share a batch: each row draws from its own generator
+            groups: dict[SamplingParams, list[tuple[list[int], int, asyncio.Future]]] = {}
+            for ids, sampling, seed, fut in batch:
                 if not fut.cancelled():
-                    groups.setdefault(sampling, []).append((ids, fut))
+                    groups.setdefault(sampling.with_(seed=None), []).append((ids, seed, fut))
             for sampling, items in groups.items():
                 try:
-                    outs = await asyncio.to_thread(self._generate_batch, [i for i, _ in items], sampling)
+                    outs = await asyncio.to_thread(self._generate_batch, [i for i, _, _ in items], sampling,
+                                                   [s for _, s, _ in items])
                 except Exception as exc:
-                    for _, fut in items:
+                    for _, _, fut in items:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
-                for (_, fut), out in zip(items, outs, strict=True):
+                for (_, _, fut), out in zip(items, outs, strict=True):
                     if not fut.done():
                         fut.set_result(out)
 
-    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingParams,
+                        seeds: list[int] | None = None) -> list[Generation]:
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
         abort = self._abort
 
@@ -100,22 +113,21 @@ class HFBackend:
             pad = self.tok.pad_id
             input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
             attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-            do_sample = sampling.temperature > 0
+            # sampling happens in RowSampler, one generator a row; generate() then takes the one id it leaves
             kwargs: dict[str, Any] = {
-                "max_new_tokens": sampling.max_new_tokens, "do_sample": do_sample,
+                "max_new_tokens": sampling.max_new_tokens, "do_sample": False,
                 "eos_token_id": sorted(self.tok.eos_ids), "pad_token_id": pad,
                 "repetition_penalty": sampling.repetition_penalty,
                 "stopping_criteria": StoppingCriteriaList([_Aborted()]),
             }
-            if do_sample:
-                # top_k 0, not left out, for "no top-k": transformers then takes the model's generation_config or its
-                # own default (50), a cut the caller did not ask for and DAPO's rollouts do not make
-                kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
-                              top_k=sampling.top_k if sampling.top_k > 0 else 0)
+            if sampling.temperature > 0:
+                if seeds is None:
+                    seeds = [self.seeds.seed_for(p) for p in prompts]
+                kwargs["logits_processor"] = LogitsProcessorList([RowSampler(
+                    [torch.Generator().manual_seed(s) for s in seeds], sampling.temperature, sampling.top_p,
+                    sampling.top_k)])
             if sampling.stop:
                 kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tok.tok)
-            if sampling.seed is not None:
-                torch.manual_seed(sampling.seed)
             with torch.no_grad():
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
             if abort.is_set():
@@ -144,3 +156,31 @@ class HFBackend:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
             self._worker = None
+
+
+class RowSampler:
+    """A ``generate`` logits processor that samples each row with its own generator and leaves only that id.
+
+    Temperature, then top-k (``top_k`` <= 0: none, not transformers' default 50), then top-p, as transformers'
+    warpers apply them; penalties were applied before it. Called with ``do_sample=False``, so generate's argmax takes
+    the sampled id and the global random state is never touched."""
+
+    def __init__(self, generators: list[Any], temperature: float, top_p: float = 1.0, top_k: int = -1) -> None:
+        from transformers import TopKLogitsWarper, TopPLogitsWarper
+
+        self.generators = generators
+        self.temperature = float(temperature)
+        self.warpers = ([TopKLogitsWarper(top_k=int(top_k))] if top_k > 0 else []) + \
+            ([TopPLogitsWarper(top_p=float(top_p))] if top_p < 1.0 else [])
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        from afm.common.row_sampling import sample_rows
+
+        scores = scores.float() / self.temperature
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        ids = sample_rows(torch.softmax(scores, dim=-1), self.generators)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(1, ids.unsqueeze(-1), 0.0)

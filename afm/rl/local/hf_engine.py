@@ -15,7 +15,11 @@ Semantics follow vLLM's, which is what verl and ``afm_agent`` expect:
   ends the row unless ``ignore_eos``;
 * ``max_tokens`` is capped by ``max_model_len - len(prompt)``; a prompt that leaves no room is an error;
 * log-probabilities are of the sampled token under ``softmax(logits / temperature)`` (raw logits at temperature 0),
-  the distribution verl's actor recomputes, so the rollout/trainer log-prob gap measures only numerics.
+  the distribution verl's actor recomputes, so the rollout/trainer log-prob gap measures only numerics;
+* a request's ``seed`` (vLLM's per-request seed) fixes its draws; without one, its draws come from the engine's seed,
+  its prompt and how many identical prompts came before it (:mod:`afm.common.row_sampling`): a run's samples do not
+  depend on how requests happened to be batched, so a seeded RL run samples the same on a busy machine as on an
+  idle one (up to floating point across batch shapes).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from afm.common.row_sampling import SeedBook, sample_rows
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +62,7 @@ class Request:
     stop: tuple[str, ...] = ()
     stop_ids: frozenset[int] = frozenset()
     want_logprobs: bool = False
+    generator: torch.Generator | None = None  # this request's draws (afm.common.row_sampling)
     future: asyncio.Future | None = None
     loop: asyncio.AbstractEventLoop | None = None
 
@@ -96,7 +103,7 @@ class HFEngine:
                           else next(iter(self.eos_ids), 0))
         self.max_model_len = int(max_model_len)
         self.max_batch_size = int(max_batch_size)
-        self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
+        self.seeds = SeedBook(int(seed))
         self._queue: list[Request] = []
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
@@ -124,7 +131,10 @@ class HFEngine:
         if not params.get("ignore_eos", False):
             stop_ids |= self.eos_ids
         top_k = params.get("top_k")
-        return Request(prompt_ids=prompt, max_tokens=max_tokens,
+        seed = params.get("seed")
+        generator = (torch.Generator().manual_seed(int(seed)) if seed is not None
+                     else self.seeds.generator(prompt))
+        return Request(prompt_ids=prompt, max_tokens=max_tokens, generator=generator,
                        temperature=float(params.get("temperature", 1.0)),
                        top_p=float(params.get("top_p", 1.0)),
                        top_k=-1 if top_k is None else int(top_k),
@@ -225,7 +235,8 @@ class HFEngine:
                     drop = cum - torch.softmax(sorted_logits, -1) >= r.top_p
                     filtered[i][order[drop]] = float("-inf")
         probs = torch.softmax(filtered, dim=-1)
-        sampled = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+        sampled = sample_rows(probs, [r.generator if r.generator is not None else self.seeds.generator(r.prompt_ids)
+                                     for r in reqs])
         ids = torch.where(greedy, logits.argmax(-1), sampled)
         # The log-prob of the chosen id under the temperature-scaled distribution, without a [B, V] log_softmax.
         chosen = scaled.gather(-1, ids.unsqueeze(-1)).squeeze(-1)

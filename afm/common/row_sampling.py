@@ -1,0 +1,72 @@
+"""Sampling whose draws belong to the request, not to the batch it happened to share.
+
+A batched engine that draws every row's next token from one random generator gives each request different random
+numbers depending on which other requests were queued with it, in which order, and how long the previous batch
+took: multi-turn agents reach the engine whenever their tools answer, so the same seed gave a different RL run on a
+busy machine than on an idle one. Here each request carries its own generator, seeded from
+
+* the caller's base seed,
+* the prompt's token ids, and
+* how many requests with this very prompt (and base seed) came before it: the k-th identical request gets draw k.
+
+Requests with identical prompts are interchangeable, so whichever of them arrives first, the set of samples is the
+same; a trajectory's next turn is a new prompt (its own sample and observation appended), seeded the same way. Each
+generated token takes exactly one uniform number from its request's generator (inverse-CDF sampling), so a row's
+tokens do not depend on the batch's length either. What remains batch-dependent is floating point: a padded batch's
+logits can differ from a lone row's in the last bits, which moves a draw only when it lands that close to a boundary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+
+import torch
+
+_MASK64 = (1 << 63) - 1
+
+
+def request_seed(base: int, prompt_ids: Sequence[int], occurrence: int) -> int:
+    """The seed of the ``occurrence``-th request (from 0) with ``prompt_ids`` under ``base``."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(int(base).to_bytes(16, "little", signed=True))
+    h.update(int(occurrence).to_bytes(8, "little"))
+    h.update(b",".join(str(int(t)).encode() for t in prompt_ids))
+    return int.from_bytes(h.digest(), "little") & _MASK64
+
+
+class SeedBook:
+    """Hands out :func:`request_seed` values, counting the requests of each (base, prompt) seen so far."""
+
+    def __init__(self, base: int = 0) -> None:
+        self.base = int(base)
+        self._seen: dict[tuple[int, bytes], int] = {}
+        self._lock = threading.Lock()  # engines take requests from an event loop and worker threads
+
+    def seed_for(self, prompt_ids: Sequence[int], base: int | None = None) -> int:
+        """The next seed for a request with ``prompt_ids`` (``base`` None: the book's own)."""
+        base = self.base if base is None else int(base)
+        key = (base, hashlib.blake2b(b",".join(str(int(t)).encode() for t in prompt_ids), digest_size=16).digest())
+        with self._lock:
+            k = self._seen.get(key, 0)
+            self._seen[key] = k + 1
+        return request_seed(base, prompt_ids, k)
+
+    def generator(self, prompt_ids: Sequence[int], base: int | None = None) -> torch.Generator:
+        """A CPU generator seeded with :meth:`seed_for`."""
+        return torch.Generator().manual_seed(self.seed_for(prompt_ids, base))
+
+
+def sample_rows(probs: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """One id per row of ``probs`` ([B, V], rows need not sum to 1), row i drawn with ``generators[i]``.
+
+    Inverse CDF with one uniform number a row: the i-th row's id depends only on that row and its generator."""
+    if probs.dim() != 2 or probs.shape[0] != len(generators):
+        raise ValueError(f"sample_rows: probs of shape {tuple(probs.shape)} for {len(generators)} generators")
+    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
+    cdf = probs.detach().to("cpu", torch.float64).cumsum(-1)
+    # right=True: the first id whose cumulative mass exceeds the target, never an id of zero probability
+    target = (u * cdf[:, -1]).unsqueeze(-1)
+    ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    return ids.clamp_(max=probs.shape[-1] - 1).to(probs.device)
