@@ -21,29 +21,19 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # torch only where a generator is made or a row sampled: seeds alone need no torch
-    import torch
+import torch
 
 _MASK64 = (1 << 63) - 1
 
 
-def derive_seed(base: int, *parts: int | Sequence[int]) -> int:
-    """A 63-bit seed from ``base`` and integers or integer sequences (a hash: any change gives another seed)."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(int(base).to_bytes(16, "little", signed=True))
-    for part in parts:
-        if isinstance(part, int):
-            h.update(b"i" + int(part).to_bytes(16, "little", signed=True))
-        else:
-            h.update(b"s" + b",".join(str(int(t)).encode() for t in part) + b";")
-    return int.from_bytes(h.digest(), "little") & _MASK64
-
-
 def request_seed(base: int, prompt_ids: Sequence[int], occurrence: int) -> int:
     """The seed of the ``occurrence``-th request (from 0) with ``prompt_ids`` under ``base``."""
-    return derive_seed(base, int(occurrence), prompt_ids)
+    h = hashlib.blake2b(digest_size=8)
+    h.update(int(base).to_bytes(16, "little", signed=True))
+    h.update(int(occurrence).to_bytes(8, "little"))
+    h.update(b",".join(str(int(t)).encode() for t in prompt_ids))
+    return int.from_bytes(h.digest(), "little") & _MASK64
 
 
 class SeedBook:
@@ -65,8 +55,6 @@ class SeedBook:
 
     def generator(self, prompt_ids: Sequence[int], base: int | None = None) -> torch.Generator:
         """A CPU generator seeded with :meth:`seed_for`."""
-        import torch
-
         return torch.Generator().manual_seed(self.seed_for(prompt_ids, base))
 
 
@@ -74,8 +62,6 @@ def sample_rows(probs: torch.Tensor, generators: Sequence[torch.Generator]) -> t
     """One id per row of ``probs`` ([B, V], rows need not sum to 1), row i drawn with ``generators[i]``.
 
     Inverse CDF with one uniform number a row: the i-th row's id depends only on that row and its generator."""
-    import torch
-
     if probs.dim() != 2 or probs.shape[0] != len(generators):
         raise ValueError(f"sample_rows: probs of shape {tuple(probs.shape)} for {len(generators)} generators")
     u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])

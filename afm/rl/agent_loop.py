@@ -47,7 +47,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 from uuid import uuid4
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -61,7 +61,6 @@ from verl.experimental.agent_loop.agent_loop import (
 from afm.agent.loop import AgentConfig, ToolRunner, run_trajectory
 from afm.agent.record import Trajectory
 from afm.agent.tokens import TokenizerAdapter
-from afm.common.row_sampling import derive_seed
 from afm.rl.backend import VerlServerBackend, sampling_from_verl
 from afm.rl.tools import BoundTool, afm_tools_from_verl, context_kwargs, shared_afm_tools
 from afm.tools.base import Tool
@@ -155,11 +154,6 @@ class AfmAgentLoop(AgentLoopBase):
         dedupe: answer repeated identical searches/crawls with a short note.
         raise_on_error: raise when a trajectory ends in an engine error (server failure) instead of returning
             it with finish_reason ``error`` (true); tool failures never raise, they become observations.
-        request_seeds: seed every generation of a trajectory from the rollout's ``seed``, the row's place in
-            verl's batch (``priority``), how many batches this worker ran with a row in that place, and the prompt:
-            the run then samples the same trajectories however the engine batched them (on a busy machine too).
-            null: on for afm's ``hf`` rollout, off for vLLM/SGLang (vLLM draws a seeded row with a kernel of its
-            own each step: a cost at large batches); true/false to choose.
         trace_dir: append every trajectory as it goes to the trainer (prompt and response ids, the response mask,
             the observation texts, finish reason, tool infrastructure failures, the server's global step) to
             ``<trace_dir>/afm_agent.<pid>.jsonl`` (default ``$AFM_RL_TRACE_DIR``; unset = off). For checking what
@@ -178,10 +172,8 @@ class AfmAgentLoop(AgentLoopBase):
                  tool_timeout_s: float = AgentConfig.default("tool_timeout_s"),
                  trajectory_timeout_s: float | None = AgentConfig.default("trajectory_timeout_s"),
                  tool_concurrency: Mapping[str, int] | None = None, dedupe: bool = AgentConfig.default("dedupe"),
-                 raise_on_error: bool = True, trace_dir: str | None = None, request_seeds: bool | None = None,
-                 **kwargs: Any) -> None:
+                 raise_on_error: bool = True, trace_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.request_seeds = (str(self.rollout_config.name) == "hf") if request_seeds is None else bool(request_seeds)
         trace_dir = trace_dir or os.environ.get("AFM_RL_TRACE_DIR") or None
         self.trace_path = Path(trace_dir) / f"afm_agent.{os.getpid()}.jsonl" if trace_dir else None
         self.loop_name = name or "afm_agent"
@@ -216,9 +208,6 @@ class AfmAgentLoop(AgentLoopBase):
             trajectory_timeout_s=float(trajectory_timeout_s) if trajectory_timeout_s else None, dedupe=bool(dedupe))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        priority = int(kwargs.get("priority", 0))  # np.int64 in verl's batch
-        # counted before the first await: verl starts a batch's trajectories in row order
-        run_at = self.count_run_at(priority)
         messages = [dict(m) for m in list(kwargs["raw_prompt"])]
         extra_info = dict(_plain(kwargs.get("extra_info")) or {})
         tools_kwargs = dict(_plain(kwargs.get("tools_kwargs")) or extra_info.get("tools_kwargs") or {})
@@ -230,11 +219,11 @@ class AfmAgentLoop(AgentLoopBase):
         config = replace(self.base_config, tools=tuple(enabled), sampling=sampling_from_verl(sampling_params))
 
         prompt_ids = await self.ct_build_initial_tokens(messages)
+        priority = int(kwargs.get("priority", 0))  # np.int64 in verl's batch
         full_determinism = bool(self.rollout_config.get("full_determinism", False))
         request_id = f"det-{priority}" if full_determinism else uuid4().hex
-        seed = self.trajectory_seed(priority, run_at, prompt_ids) if self.request_seeds else None
         backend = VerlServerBackend(self.server_manager, self.adapter, request_id, sampling_params,
-                                    engine=str(self.rollout_config.name), priority=priority, seed=seed)
+                                    engine=str(self.rollout_config.name), priority=priority)
         traj = await run_trajectory(backend, self.adapter, ToolRunner(bound, config), config, prompt_ids,
                                     question=_question(extra_info, tools_kwargs, messages),
                                     meta={"request_id": request_id})
@@ -244,24 +233,6 @@ class AfmAgentLoop(AgentLoopBase):
         if self.trace_path is not None:
             self._trace(traj, out)
         return out
-
-    # batches this worker process ran with a row at each priority (verl instantiates the loop once per trajectory)
-    _runs_at: ClassVar[dict[int, int]] = {}
-
-    @staticmethod
-    def count_run_at(priority: int) -> int:
-        """How many trajectories this worker process started before at ``priority`` (then counts this one)."""
-        k = AfmAgentLoop._runs_at.get(priority, 0)
-        AfmAgentLoop._runs_at[priority] = k + 1
-        return k
-
-    def trajectory_seed(self, priority: int, run_at: int, prompt_ids: Sequence[int]) -> int:
-        """This trajectory's seed (``request_seeds``). verl numbers a batch's rows 0..n-1 (``priority``) before
-        splitting it among the agent-loop workers, and each worker's share of every batch is fixed, so "the k-th
-        trajectory at this place" (``run_at``) names the same trajectory in every run of the same seed: a group's n
-        rows and a prompt drawn twice in one step (DAPO's refills) each get their own draws, whichever finishes
-        first. A resumed run counts from 0 again: its draws are not the uninterrupted run's."""
-        return derive_seed(int(self.rollout_config.get("seed", 0) or 0), priority, run_at, prompt_ids)
 
     def _trace(self, traj: Trajectory, out: AgentLoopOutput) -> None:
         record = {"request_id": traj.meta.get("request_id"), "prompt_ids": list(out.prompt_ids),

@@ -20,7 +20,6 @@ from typing import Any
 
 from afm.agent.backend import Generation, SamplingParams, find_stop
 from afm.agent.tokens import TokenizerAdapter
-from afm.common.row_sampling import derive_seed
 
 # Fields of afm's SamplingParams that the backend writes itself (anything else verl set passes through).
 _OWN_KEYS = ("max_tokens", "max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed", "repetition_penalty",
@@ -48,8 +47,6 @@ class VerlServerBackend:
         verl_params: the sampling dict verl passed to ``run`` (its extra keys are forwarded).
         engine: ``rollout.name`` (``vllm``, ``sglang`` or ``trtllm``): how "keep the stop string" is spelled.
         priority: the sample's scheduling priority (verl's ``priority`` column; vLLM only), sent with every turn.
-        seed: the trajectory's seed; each turn without a seed of its own then sends ``seed`` (the engine's
-            per-request seed) derived from it and the turn's number. None: the engine's own draws.
 
     After the trajectory: ``generate_s`` (time in ``generate``), ``calls``, ``num_preempted`` (-1 when no server
     reported it), ``routed_experts`` (the last non-empty one), ``extra_fields`` (the first turn's, with
@@ -57,15 +54,13 @@ class VerlServerBackend:
     """
 
     def __init__(self, server_manager: Any, tokenizer: TokenizerAdapter, request_id: str,
-                 verl_params: Mapping[str, Any] | None = None, engine: str = "vllm", priority: int = 0,
-                 seed: int | None = None) -> None:
+                 verl_params: Mapping[str, Any] | None = None, engine: str = "vllm", priority: int = 0) -> None:
         self.server = server_manager
         self.tok = tokenizer
         self.request_id = request_id
         self.passthrough = {k: v for k, v in dict(verl_params or {}).items() if k not in _OWN_KEYS}
         self.engine = engine
         self.priority = int(priority)
-        self.seed = None if seed is None else int(seed)
         self.generate_s = 0.0
         self.calls = 0
         self.num_preempted = -1
@@ -85,8 +80,6 @@ class VerlServerBackend:
                 params["include_stop_str_in_output"] = True
         if sampling.seed is not None:
             params["seed"] = sampling.seed
-        elif self.seed is not None:
-            params["seed"] = derive_seed(self.seed, self.calls)
         if sampling.presence_penalty:
             params["presence_penalty"] = sampling.presence_penalty
         if sampling.frequency_penalty:

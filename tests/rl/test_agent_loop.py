@@ -486,61 +486,6 @@ def test_afm_agent_samples_from_the_tiny_model(tiny_model, tmp_path, afm_env):
     assert stops <= {("</code>", "</answer>"), ("</answer>",)}
 
 
-def test_request_seeds_name_each_trajectory_by_its_place_not_its_timing(tiny_model, tmp_path, afm_env):
-    """``request_seeds``: every generation carries a seed derived from the rollout's seed, the row's place in verl's
-    batch, how many trajectories this worker ran at that place before, and the prompt; each turn its own. So a
-    group's rows, and one prompt drawn twice in a step, get their own draws, a second batch (DAPO's refill, the next
-    step) new ones, and a rerun of the run the same ones, whatever order the engine answered in (the server here
-    answers the first row last). Off by default for vLLM (per-row generators cost it a kernel a row each step)."""
-    from afm.common.row_sampling import derive_seed
-    from afm.rl.agent_loop import AfmAgentLoop
-
-    script = {"QSEED": ["<web_search>seeds</web_search>", "<answer>7</answer><|im_end|>"]}
-    rows = [row("QSEED one"), row("QSEED one"), row("QSEED two"), row("QSEED one")]
-
-    def run_twice(server: TinyServer) -> tuple[DataProto, DataProto]:
-        worker = make_worker(tiny_model, tmp_path, server, loop_changes={"request_seeds": True},
-                             extra=("actor_rollout_ref.rollout.seed=5",))
-        try:
-            return run_worker(worker, rows), run_worker(worker, rows)
-        finally:
-            close_tools(worker)
-
-    AfmAgentLoop._runs_at.clear()  # one worker per process in verl; several in this test process
-    server = TinyServer(tiny_model, script)
-    first, _ = run_twice(server)
-    prompts = {tuple(int(t) for t in unpad(first, i)["prompt"]): i for i in (0, 2)}
-    assert all("seed" in c["params"] for c in server.calls) and len(server.calls) == 16  # 2 batches x 4 rows x 2 turns
-    calls = server.calls[:8]
-    turn1 = {c["params"]["seed"] for c in calls if tuple(c["prompt_ids"]) in prompts}
-    assert len(turn1) == 4  # identical prompts at places 0, 1, 3: three different trajectories
-    assert len({c["params"]["seed"] for c in server.calls}) == 16  # every turn of every batch its own
-    expected = derive_seed(5, 2, 0, list(unpad(first, 2)["prompt"]))
-    assert {derive_seed(expected, 0), derive_seed(expected, 1)} <= {c["params"]["seed"] for c in calls}
-
-    AfmAgentLoop._runs_at.clear()  # a rerun of the same seed, the engine answering in another order
-    reordered = TinyServer(tiny_model, script, delay_s=0.0)
-    original = reordered.generate
-
-    async def late_first_row(request_id: str, **kw: Any) -> TokenOutput:
-        if kw["sampling_params"]["seed"] in turn1 and kw.get("priority") == 0:
-            await asyncio.sleep(0.3)
-        return await original(request_id, **kw)
-
-    reordered.generate = late_first_row  # type: ignore[method-assign]
-    run_twice(reordered)
-    assert sorted(c["params"]["seed"] for c in reordered.calls) == sorted(c["params"]["seed"] for c in server.calls)
-    assert [c["params"]["seed"] for c in reordered.calls] != [c["params"]["seed"] for c in server.calls]
-
-    plain = TinyServer(tiny_model, script)  # the vLLM default: the engine's own draws
-    worker = make_worker(tiny_model, tmp_path, plain)
-    try:
-        run_worker(worker, rows[:2])
-    finally:
-        close_tools(worker)
-    assert not any("seed" in c["params"] for c in plain.calls)
-
-
 def test_afm_agent_never_exceeds_response_length(tiny_model, tmp_path, afm_env):
     script = {"QLONG": [f"<code>\n{F}py\nfor i in range(400): print('line', i)\n{F}\n</code>",
                         "word " * 400, "<answer>x</answer>"],
