@@ -242,3 +242,25 @@ def test_a_prepared_gguf_served_by_serve_model_sh_needs_no_tokenizer_flag(tiny_m
     assert run.returncode == 0, run.stderr[-2000:]
     assert f"[infer] tokenizer: {prepared / 'hf'} (recorded for {name} in {record})" in run.stdout
     assert "[infer] engine: llamacpp (found by --engine auto" in run.stdout
+
+
+def test_hf_samples_of_a_seed_do_not_depend_on_the_batching(tiny_model, tmp_path):
+    """``--backend hf --seed``: each request draws from its own generator (sample k: seed + k, and its prompt), so
+    one request at a time and eight in a batch give the same trajectories, id for id. The quickstart's RL selection
+    is such a run: before, which questions it kept changed with the machine's load."""
+    q = write_questions(tmp_path / "q.jsonl", 3)
+
+    def sample(batch_size: int) -> dict[str, list[int]]:
+        out = tmp_path / f"batch{batch_size}.jsonl"
+        run = subprocess.run([sys.executable, "-m", "afm.cli", "infer", "--input", str(q), "--output", str(out),
+                              "--backend", "hf", "--model", str(tiny_model), "--prompt", "code_agent", "--n", "3",
+                              "--seed", "5", "--temperature", "1.0", "--max-turns", "1", "--max-tokens-per-turn", "12",
+                              "--batch-size", str(batch_size), "--concurrency", "8", "--quiet"],
+                             capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        return {r["key"]: [i for s in r["segments"] if s["kind"] == "model" for i in s["ids"]] for r in records}
+
+    one, eight = sample(1), sample(8)
+    assert len(one) == 9 and one == eight
+    assert len({tuple(v) for v in one.values()}) == 9  # samples of one question differ
