@@ -40,3 +40,11 @@ def test_identical_prompts_get_successive_draws_and_the_book_is_reproducible():
     other = SeedBook(5)
     assert other.seed_for([1, 2, 4]) == b and [other.seed_for([1, 2, 3]) for _ in range(3)] == a
     assert SeedBook(6).seed_for([1, 2, 3]) != a[0] and book.seed_for([1, 2, 3], base=6) == request_seed(6, [1, 2, 3], 0)
+
+
+def test_a_draw_at_the_very_top_of_the_range_takes_the_last_id_with_mass(monkeypatch):
+    """The largest uniform number below 1 times the row's total can round up to the total: never past the end,
+    never an id of zero probability."""
+    probs = torch.tensor([[0.25, 0.75, 0.0, 0.0]])
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.tensor(1.0 - 2.0 ** -24))
+    assert sample_rows(probs, [torch.Generator()]).tolist() == [1]
