@@ -64,14 +64,15 @@ def sample_rows(probs: torch.Tensor, generators: Sequence[torch.Generator]) -> t
     Inverse CDF with one uniform number a row: the i-th row's id depends only on that row and its generator."""
     if probs.dim() != 2 or probs.shape[0] != len(generators):
         raise ValueError(f"sample_rows: probs of shape {tuple(probs.shape)} for {len(generators)} generators")
-    u = torch.stack([torch.rand((), generator=g) for g in generators])
-    # float32: a float64 cumsum over Gemma's 262k ids is ~10x slower (90 ms against 9 ms for 16 rows); a cumsum of
-    # non-negative numbers never decreases, and its rounding (~1e-5 over the whole row) moves mass between
+    # the generators are CPU ones (a request's seed must not depend on the device); the rows stay where they are
+    u = torch.stack([torch.rand((), generator=g) for g in generators]).to(probs.device)
+    # float32: a float64 cumsum over Gemma's 262k ids is ~10x slower on a CPU (90 ms against 9 ms for 16 rows); a
+    # cumsum of non-negative numbers never decreases, and its rounding (~1e-5 over the whole row) moves mass between
     # neighbouring ids only
-    cdf = probs.detach().to("cpu", torch.float32).cumsum(-1)
+    cdf = probs.detach().float().cumsum(-1)
     # right=True: the first id whose cumulative mass exceeds the target, never an id of zero probability
     target = (u * cdf[:, -1]).unsqueeze(-1)
     ids = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     # a target rounded up to the total would land past the end: the id where the total is reached has mass
     last = torch.searchsorted(cdf, cdf[:, -1:].contiguous()).squeeze(-1)
-    return torch.minimum(ids, last).to(probs.device)
+    return torch.minimum(ids, last)
