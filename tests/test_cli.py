@@ -66,7 +66,10 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
     (the stale census page) is in the SFT policy, DAPO on the lookup questions is meant to remove it, so RL - SFT on
     ``lookup`` is positive (+24 to +60 points on every seed measured since 6 SFT epochs; whether it is >= +10 with
     its CI above 0 on several seeds is benchmarks/bench_quickstart.py's question, not this test's); DAPO's reward is
-    recorded for each step and the RL policy's weights differ from the SFT policy's by a gradient."""
+    recorded for each step and the RL policy's weights differ from the SFT policy's by a gradient. The RL selection
+    is the same on every run of the seed (its samples are drawn per request); DAPO is not (verl picks groups as they
+    finish): from this seed's SFT policy it gained +44 to +56 in 9 of 9 idle runs, and once −12 in a CI run whose
+    selection was still drawn batch by batch (RESULTS.md, 2026-11-30 twenty-fifth session)."""
     from dataclasses import replace
 
     from afm.quickstart.profile import DEFAULT
