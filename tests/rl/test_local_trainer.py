@@ -191,9 +191,17 @@ def test_weights_move_and_reach_the_rollout(run):
     assert len(set(sums.values())) == 3  # every step changed the actor
     events = _traces(work, "hf_rollout")
     assert [e["checksum"] for e in events if e["event"] == "launch"] == [sums[0], sums[0]]  # both runs' servers
-    pushes = [(e["global_steps"], e["checksum"]) for e in events if e["event"] == "weights"]
-    # Each push after step k (and the push of the resumed step-1 actor) is exactly that step's checkpoint.
-    assert pushes == [(0, sums[0]), (1, sums[1]), (1, sums[1]), (2, sums[2])]
+    runs: list[list[tuple[int, str]]] = []  # each launch's pushes, in order
+    for e in events:
+        if e["event"] == "launch":
+            runs.append([])
+        elif e["event"] == "weights":
+            runs[-1].append((e["global_steps"], e["checksum"]))
+    # Each push after step k (and the push of the resumed step-1 actor) is exactly that step's checkpoint. The first
+    # run is killed as soon as step 1's checkpoint is complete: verl pushes the step's weights after saving them, so
+    # on a busy machine the kill can land before that push (the whole suite on a fresh clone, 2026-11-30).
+    assert runs[0] in ([(0, sums[0])], [(0, sums[0]), (1, sums[1])]), runs[0]
+    assert runs[1] == [(1, sums[1]), (2, sums[2])], runs[1]
 
     tok = AutoTokenizer.from_pretrained(work / "toy" / "toy_policy")
     fixed = tok.encode("<think>use the tool</think>\n<code>\n```py\nprint(6*7)\n```\n</code>", add_special_tokens=False)
