@@ -68,7 +68,7 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
     its CI above 0 on several seeds is benchmarks/bench_quickstart.py's question, not this test's); DAPO's reward is
     recorded for each step and the RL policy's weights differ from the SFT policy's by a gradient. The RL selection
     is the same on every run of the seed (its samples are drawn per request); DAPO is not (verl picks groups as they
-    finish): from this seed's SFT policy it gained +44 to +56 in 9 of 9 idle runs, and once −12 in a CI run whose
+    finish): from this seed's SFT policy it gained +44 to +56 in 12 of 12 idle runs, and once −12 in a CI run whose
     selection was still drawn batch by batch (RESULTS.md, 2026-11-30 twenty-fifth session)."""
     from dataclasses import replace
 
