@@ -2,8 +2,8 @@
 
 A batched engine that draws every row's next token from one random generator gives each request different random
 numbers depending on which other requests were queued with it, in which order, and how long the previous batch
-took: multi-turn agents reach the engine whenever their tools answer, so the same seed gave a different RL run on a
-busy machine than on an idle one. Here each request carries its own generator, seeded from
+took: multi-turn agents reach the engine whenever their tools answer, so the same seed sampled differently on a busy
+machine than on an idle one (the quickstart's RL selection kept 4 to 7 of 8 questions). Here each request carries its own generator, seeded from
 
 * the caller's base seed,
 * the prompt's token ids, and
@@ -21,19 +21,29 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch only where a generator is made or a row sampled: seeds alone need no torch
+    import torch
 
 _MASK64 = (1 << 63) - 1
 
 
-def request_seed(base: int, prompt_ids: Sequence[int], occurrence: int) -> int:
-    """The seed of the ``occurrence``-th request (from 0) with ``prompt_ids`` under ``base``."""
+def _prompt_bytes(prompt_ids: Sequence[int]) -> bytes:
+    return b",".join(str(int(t)).encode() for t in prompt_ids)
+
+
+def _seed(base: int, occurrence: int, prompt: bytes) -> int:
     h = hashlib.blake2b(digest_size=8)
     h.update(int(base).to_bytes(16, "little", signed=True))
     h.update(int(occurrence).to_bytes(8, "little"))
-    h.update(b",".join(str(int(t)).encode() for t in prompt_ids))
+    h.update(prompt)
     return int.from_bytes(h.digest(), "little") & _MASK64
+
+
+def request_seed(base: int, prompt_ids: Sequence[int], occurrence: int) -> int:
+    """The seed of the ``occurrence``-th request (from 0) with ``prompt_ids`` under ``base``."""
+    return _seed(base, occurrence, _prompt_bytes(prompt_ids))
 
 
 class SeedBook:
@@ -47,14 +57,17 @@ class SeedBook:
     def seed_for(self, prompt_ids: Sequence[int], base: int | None = None) -> int:
         """The next seed for a request with ``prompt_ids`` (``base`` None: the book's own)."""
         base = self.base if base is None else int(base)
-        key = (base, hashlib.blake2b(b",".join(str(int(t)).encode() for t in prompt_ids), digest_size=16).digest())
+        prompt = _prompt_bytes(prompt_ids)  # encoded once: prompts run to thousands of ids
+        key = (base, hashlib.blake2b(prompt, digest_size=16).digest())
         with self._lock:
             k = self._seen.get(key, 0)
             self._seen[key] = k + 1
-        return request_seed(base, prompt_ids, k)
+        return _seed(base, k, prompt)
 
     def generator(self, prompt_ids: Sequence[int], base: int | None = None) -> torch.Generator:
         """A CPU generator seeded with :meth:`seed_for`."""
+        import torch
+
         return torch.Generator().manual_seed(self.seed_for(prompt_ids, base))
 
 
@@ -62,6 +75,8 @@ def sample_rows(probs: torch.Tensor, generators: Sequence[torch.Generator]) -> t
     """One id per row of ``probs`` ([B, V], rows need not sum to 1), row i drawn with ``generators[i]``.
 
     Inverse CDF with one uniform number a row: the i-th row's id depends only on that row and its generator."""
+    import torch
+
     if probs.dim() != 2 or probs.shape[0] != len(generators):
         raise ValueError(f"sample_rows: probs of shape {tuple(probs.shape)} for {len(generators)} generators")
     # the generators are CPU ones (a request's seed must not depend on the device); the rows stay where they are

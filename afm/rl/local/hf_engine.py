@@ -17,9 +17,9 @@ Semantics follow vLLM's, which is what verl and ``afm_agent`` expect:
 * log-probabilities are of the sampled token under ``softmax(logits / temperature)`` (raw logits at temperature 0),
   the distribution verl's actor recomputes, so the rollout/trainer log-prob gap measures only numerics;
 * a request's ``seed`` (vLLM's per-request seed) fixes its draws; without one, its draws come from the engine's seed,
-  its prompt and how many identical prompts came before it (:mod:`afm.common.row_sampling`): a run's samples do not
-  depend on how requests happened to be batched, so a seeded RL run samples the same on a busy machine as on an
-  idle one (up to floating point across batch shapes).
+  its prompt and how many identical prompts came before it (:mod:`afm.common.row_sampling`): what a request samples
+  does not depend on which requests shared its batch (up to floating point across batch shapes). A DAPO run is still
+  not reproducible: verl picks each step's groups as they finish (docs/rl.md).
 """
 
 from __future__ import annotations
@@ -234,10 +234,13 @@ class HFEngine:
                     cum = torch.softmax(sorted_logits, -1).cumsum(-1)
                     drop = cum - torch.softmax(sorted_logits, -1) >= r.top_p
                     filtered[i][order[drop]] = float("-inf")
-        probs = torch.softmax(filtered, dim=-1)
-        sampled = sample_rows(probs, [r.generator if r.generator is not None else self.seeds.generator(r.prompt_ids)
-                                     for r in reqs])
-        ids = torch.where(greedy, logits.argmax(-1), sampled)
+        if bool(greedy.all()):  # validation and evaluations: no draw to make
+            ids = logits.argmax(-1)
+        else:
+            probs = torch.softmax(filtered, dim=-1)
+            sampled = sample_rows(probs, [r.generator if r.generator is not None
+                                         else self.seeds.generator(r.prompt_ids) for r in reqs])
+            ids = torch.where(greedy, logits.argmax(-1), sampled)
         # The log-prob of the chosen id under the temperature-scaled distribution, without a [B, V] log_softmax.
         chosen = scaled.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
         return ids, chosen - torch.logsumexp(scaled, dim=-1)
