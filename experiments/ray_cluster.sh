@@ -16,7 +16,11 @@
 # `ray` to run: $AFM_ROOT/.venv-rl/bin/ray when present), NUM_CPUS (Ray's logical CPUs of this node; default its
 # cores; verl reserves 3 per GPU and a few more for its other actors, so a small machine needs more than it has),
 # NODE_IP (this node's address as the others reach it; default Ray's choice, 127.0.0.1 when HEAD_ADDR is),
-# RAY_TEMP_DIR (this node's Ray folder; unset: Ray's own), AGENT_PORT (this node's dashboard agent).
+# RAY_TEMP_DIR (this node's Ray folder; unset: Ray's own), AGENT_PORT (this node's dashboard agent), WORKER_ZYGOTE
+# (auto | true | false; auto: on a node without an NVIDIA GPU): a process that has imported torch, tensordict and
+# transformers, which the node's Ray workers are forked from when the RL script asks for it (its WORKER_ZYGOTE, on
+# by default with DEVICE=cpu) instead of each importing them (~5 s of a core a worker; afm/rl/local/zygote.py). Its
+# log: RAY_TEMP_DIR/afm_worker_zygote.log (/tmp/ray without RAY_TEMP_DIR); `stop` ends it with the node.
 #
 # A second node on the same machine (how the tests run two nodes; also a quick check of a cluster's scripts):
 #   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 NUM_CPUS=8 bash experiments/ray_cluster.sh head
@@ -66,8 +70,9 @@ node_args() {
   local py versions
   py=$(dirname "$ray_bin")/python
   [[ -x $py ]] || py=python3
-  versions=$("$py" -c 'import afm, verl; print(f"afm_version={afm.__version__},verl_version={verl.__version__}")' \
-    2> /dev/null) || afm_die "$py cannot import afm and verl: this node needs the RL environment (.venv-rl)"
+  # verl's version read from its package, not imported (~5 s of a core: torch)
+  versions=$("$py" -c 'import afm; from afm.rl.cluster import verl_version
+print(f"afm_version={afm.__version__},verl_version={verl_version()}")' 2> /dev/null) || afm_die "$py cannot import afm and verl: this node needs the RL environment (.venv-rl)"
   if [[ -z $gpus ]]; then
     gpus=$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from afm.launch.rl import default
 print(default("GPUS_PER_NODE"))' "$AFM_ROOT") || afm_die "$py cannot read afm's GPUS_PER_NODE default"
@@ -79,6 +84,45 @@ print(default("GPUS_PER_NODE"))' "$AFM_ROOT") || afm_die "$py cannot read afm's 
   [[ -z $ip && ${HEAD_ADDR:-} =~ ^(127\.|localhost$) ]] && ip=$HEAD_ADDR
   [[ -n $ip ]] && NODE_ARGS+=(--node-ip-address="$ip")
   return 0
+}
+
+# This node's worker zygote: one a Ray folder and user (an abstract socket: no file to clean up).
+# The folder this node's Ray writes to: RAY_TEMP_DIR, else Ray's own.
+node_dir() {
+  if [[ -n ${RAY_TEMP_DIR:-} ]]; then printf '%s' "$RAY_TEMP_DIR"; else printf '/tmp/ray'; fi
+}
+zygote_name() {
+  printf 'afm-node-zygote-%s-%s' "$(id -u)" "$(node_dir | cksum | cut -d' ' -f1)"
+}
+
+stop_zygote() {
+  pkill -u "$(id -u)" -f -- "afm\.rl\.local\.zygote --address $(zygote_name)( |$)" 2> /dev/null || true
+}
+
+# start_zygote: the node's worker zygote, detached (it outlives this script, as `ray start`'s processes do), its
+# address exported for `ray start`: the raylet's workers inherit it, and afm's zygote client asks it for a fork.
+start_zygote() {
+  local want=${WORKER_ZYGOTE:-} py name dir
+  py=$(dirname "$ray_bin")/python
+  [[ -x $py ]] || py=python3
+  if [[ -z $want ]]; then  # the RL scripts' default (afm/launch/rl.py)
+    want=$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from afm.launch.rl import default
+print(default("WORKER_ZYGOTE"))' "$AFM_ROOT") || afm_die "$py cannot read afm's WORKER_ZYGOTE default"
+  fi
+  case $want in
+    auto) if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then return 0; fi ;;
+    true) ;;
+    false) return 0 ;;
+    *) afm_die "WORKER_ZYGOTE must be auto, true or false (got '$want')" ;;
+  esac
+  name=$(zygote_name)
+  dir=$(node_dir)
+  mkdir -p "$dir"
+  stop_zygote  # one left by an earlier start of this node (not stopped) holds the address
+  setsid "$py" -m afm.rl.local.zygote --address "$name" --detach --log "$dir/afm_worker_zygote.log" \
+    < /dev/null > /dev/null 2>&1 &
+  export AFM_WORKER_ZYGOTE=$name
+  echo "[afm] worker zygote $name (log: $dir/afm_worker_zygote.log)"
 }
 
 # stop_node DIR: end the Ray node whose folder is DIR and nothing else (`ray stop` ends every Ray node of the
@@ -133,17 +177,19 @@ case "$action" in
     [[ -n $addr ]] || afm_die "cannot find this node's address; set HEAD_ADDR"
     NODE_IP=${NODE_IP:-$addr}
     node_args
+    start_zygote
     echo "[afm] starting the Ray head on $addr:$port ($gpus GPUs)"
     "$ray_bin" start --head --port="$port" "${NODE_ARGS[@]}" --dashboard-host=127.0.0.1 \
-      --dashboard-port="$dashboard_port"
+      --dashboard-port="$dashboard_port" || { stop_zygote; exit 1; }
     echo "[afm] on each worker node: HEAD_ADDR=$addr RAY_PORT=$port bash experiments/ray_cluster.sh worker"
     echo "[afm] then here: NNODES=<nodes> bash experiments/train_dapo_<task>_agent.sh"
     ;;
   worker)
     [[ -n ${HEAD_ADDR:-} ]] || afm_die "set HEAD_ADDR to the head node's address"
     node_args
+    start_zygote
     echo "[afm] joining the Ray cluster at $HEAD_ADDR:$port ($gpus GPUs)"
-    "$ray_bin" start --address="$HEAD_ADDR:$port" "${NODE_ARGS[@]}"
+    "$ray_bin" start --address="$HEAD_ADDR:$port" "${NODE_ARGS[@]}" || { stop_zygote; exit 1; }
     ;;
   status) "$ray_bin" status ;;
   stop)
@@ -151,6 +197,8 @@ case "$action" in
       stop_node "$RAY_TEMP_DIR"
     else
       "$ray_bin" stop
+      # every node of this machine: their worker zygotes too (this user's)
+      pkill -u "$(id -u)" -f -- "afm\.rl\.local\.zygote --address afm-node-zygote-" 2> /dev/null || true
     fi
     ;;
   *)

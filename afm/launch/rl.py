@@ -147,9 +147,10 @@ class RlSettings:
                               "DEVICE=cpu, where its processes cost ~10 s of every launch on 2 cores;\n"
                               "Ray's default on GPU nodes); NNODES > 1: ray_cluster.sh's node",
                               check=one_of(("auto", "true", "false")))
-    worker_zygote: str = knob("WORKER_ZYGOTE", "auto", "(NNODES=1, verl starting Ray) Ray's workers forked from one\n"
-                              "process that imported torch, tensordict and transformers\n(afm/rl/local/zygote.py) "
-                              "instead of each importing them: true |\nfalse | auto (on with DEVICE=cpu)",
+    worker_zygote: str = knob("WORKER_ZYGOTE", "auto", "Ray's workers forked from one process that imported torch,\n"
+                              "tensordict and transformers (afm/rl/local/zygote.py) instead\nof each importing them: "
+                              "true | false | auto (on with DEVICE=cpu);\none node: the launch starts it; NNODES > 1: "
+                              "each node's\nexperiments/ray_cluster.sh (its own WORKER_ZYGOTE)",
                               check=one_of(("auto", "true", "false")))
     rollout_engine: str = knob("ROLLOUT_ENGINE", "vllm", "vllm | sglang (verl's async server; install the engine in\n"
                                "the env) | hf (afm's transformers server, no vLLM needed: one GPU, or the\nCPU; "

@@ -16,7 +16,7 @@ from afm.launch.values import as_bool
 
 __all__ = ["Resolved", "actor_overrides", "algorithm_overrides", "checkpoint_overrides", "dapo_overrides",
            "data_overrides", "device_overrides", "max_model_len", "overlong_buffer_len", "ppo_overrides",
-           "reward_overrides", "rollout_overrides", "trainer_overrides", "zygote_on", "zygote_overrides"]
+           "reward_overrides", "rollout_overrides", "trainer_overrides", "zygote_here", "zygote_on", "zygote_overrides"]
 
 
 @dataclass(frozen=True)
@@ -219,18 +219,25 @@ _PLAIN_PATH = re.compile(r"[\w@%+=:,./-]+")
 
 
 def zygote_on(s: RlSettings) -> bool:
-    """WORKER_ZYGOTE: on one node where verl's ray.init starts Ray (its workers inherit the launcher's environment,
-    where the zygote's address is); ``auto`` on the CPU, where a launch's serial worker imports are most of its fixed
-    cost."""
-    if int(s.nnodes) != 1 or s.ray_address:
-        return False
+    """WORKER_ZYGOTE: Ray's workers ask a zygote for a fork (afm/rl/local/zygote.py); ``auto`` on the CPU, where a
+    launch's serial worker imports are most of its fixed cost. Where verl's ray.init starts Ray the launcher starts
+    the zygote (:func:`zygote_here`); on a cluster (NNODES > 1 or RAY_ADDRESS) each node's comes from
+    experiments/ray_cluster.sh, and a node without one starts its workers as usual."""
     return {"auto": s.device == "cpu", "true": True, "false": False}[s.worker_zygote]
+
+
+def zygote_here(s: RlSettings) -> bool:
+    """Whether the launcher starts the zygote itself: on one node where verl's ray.init starts Ray (its workers
+    inherit the launcher's environment, where the zygote's address is)."""
+    return zygote_on(s) and int(s.nnodes) == 1 and not s.ray_address
 
 
 def zygote_overrides(s: RlSettings, python: str, root: str) -> list[str]:
     """Ray's ``py_executable`` for the job's workers: afm's zygote client (afm/rl/local/zygote.py), which asks the
-    launch's zygote for a fork with torch, tensordict and transformers imported and otherwise starts the worker as
-    Ray would. ``-I -S``: the client is standard library only, and starts in ~10 ms."""
+    node's zygote (``$AFM_WORKER_ZYGOTE`` in the worker's environment) for a fork with torch, tensordict and
+    transformers imported and otherwise starts the worker as Ray would. ``-I -S``: the client is standard library
+    only, and starts in ~10 ms. On a cluster every node needs this interpreter and repo at the same paths (as for
+    the rest of a run: experiments/ray_cluster.sh)."""
     if not zygote_on(s):
         return []
     client = f"{root}/{ZYGOTE_CLIENT}"

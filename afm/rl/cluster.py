@@ -46,13 +46,29 @@ def auth_env(env: Mapping[str, str]) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token"} if env.get("RAY_AUTH_TOKEN") or os.path.isfile(path) else {}
 
 
-def versions() -> dict[str, str]:
-    """This environment's afm and verl versions, as ray_cluster.sh labels a node."""
+def verl_version() -> str:
+    """``verl.__version__`` without importing verl (~5 s of a core: torch, transformers): verl 0.9.1 reads it from
+    the ``version/version`` file of its package, which this reads too; a verl without that file is imported."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None:
+        raise ModuleNotFoundError("No module named 'verl'", name="verl")
+    for folder in spec.submodule_search_locations or ():
+        path = os.path.join(folder, "version", "version")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip()
     import verl
 
+    return verl.__version__
+
+
+def versions() -> dict[str, str]:
+    """This environment's afm and verl versions, as ray_cluster.sh labels a node."""
     import afm
 
-    return {"afm_version": afm.__version__, "verl_version": verl.__version__}
+    return {"afm_version": afm.__version__, "verl_version": verl_version()}
 
 
 def problem(nodes: list[dict], nnodes: int, gpus: int, mine: Mapping[str, str]) -> str | None:

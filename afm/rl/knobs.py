@@ -34,6 +34,7 @@ from afm.launch.rl_overrides import (
     reward_overrides,
     rollout_overrides,
     trainer_overrides,
+    zygote_here,
     zygote_overrides,
 )
 from afm.launch.values import KnobError, as_bool, is_posint, split_list
@@ -164,16 +165,20 @@ def plan(s: RlSettings, env: Mapping[str, str], *, task: str, script: str, root:
           *device_overrides(s), *zygote, *multinode_overrides(s, env), *checkpoint_overrides(s),
           *reward_overrides(s, r), *trainer_overrides(s, r), *s.extra_args.split(), *tail]
     added, notes = environment_notes(s, env, r.ckpt_dir, caller_dir)
-    if zygote:
+    if zygote and zygote_here(s):
         notes.append(f"WORKER_ZYGOTE={s.worker_zygote}: Ray's workers fork from one process with torch, tensordict and "
                      f"transformers imported (log: {r.ckpt_dir}/{ZYGOTE_LOG})")
+    elif zygote:
+        notes.append(f"WORKER_ZYGOTE={s.worker_zygote}: Ray's workers fork from their node's zygote, where "
+                     "experiments/ray_cluster.sh started one (its log: RAY_TEMP_DIR/afm_worker_zygote.log); "
+                     "elsewhere they start as usual")
     files = [f.removesuffix("]") for f in split_list(f"{r.train_files.removeprefix('[')},"
                                                       f"{r.val_files.removeprefix('[')}")]
     return RlLaunch(python, ov, summary(s, task, script, python, ov, r, notes), r.ckpt_dir, s.device,
                     int(s.nnodes), as_bool("DRY_RUN", s.dry_run) == "true" or dry_run,
                     inputs=[*files, r.tool_cfg, r.agent_cfg], model=r.model, env=added,
                     gpus=int(s.gpus_per_node), join_timeout=s.join_timeout, engine=s.rollout_engine,
-                    zygote=bool(zygote))
+                    zygote=bool(zygote) and zygote_here(s))
 
 
 def checkpoint_dir(s: RlSettings, root: str, bases: Mapping[str, str]) -> str:

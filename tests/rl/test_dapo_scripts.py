@@ -608,10 +608,11 @@ def test_ray_dashboard_is_off_on_the_cpu_unless_asked_for(tmp_path):
     assert composed("code", "--local", AFM_LOCAL_DIR=str(tmp_path)).ray_kwargs.ray_init.include_dashboard is False
 
 
-def test_worker_zygote_is_on_where_verl_starts_ray_on_the_cpu(tmp_path):
-    """WORKER_ZYGOTE=auto (afm/rl/local/zygote.py): Ray's py_executable is afm's zygote client where verl's ray.init
-    starts Ray on the CPU; off on a GPU node unless asked for, never on more nodes or a cluster joined by address
-    (their workers come from another raylet, without the zygote's address)."""
+def test_worker_zygote_on_the_cpu_started_by_the_launch_or_by_each_node(tmp_path):
+    """WORKER_ZYGOTE=auto (afm/rl/local/zygote.py): Ray's py_executable is afm's zygote client on the CPU; off on a
+    GPU node unless asked for. The launch starts the zygote itself only where verl's ray.init starts Ray; on more
+    nodes or a cluster joined by address the client asks each node's own (experiments/ray_cluster.sh starts it:
+    tests/rl/test_two_nodes.py), and the launch says so."""
     key = "++ray_kwargs.ray_init.runtime_env.py_executable="
     local = dry_run_overrides("code", "--local", AFM_LOCAL_DIR=str(tmp_path))
     (quoted,) = [o.removeprefix(key) for o in local if o.startswith(key)]
@@ -623,14 +624,20 @@ def test_worker_zygote_is_on_where_verl_starts_ray_on_the_cpu(tmp_path):
         == value
     res = run_script("code", "--dry-run", "--local", AFM_LOCAL_DIR=str(tmp_path))
     assert "WORKER_ZYGOTE=auto: Ray's workers fork" in res.stdout
-    off = {"WORKER_ZYGOTE": "false"}, {"RAY_ADDRESS": "127.0.0.1:6379"}
-    for env in off:
-        assert not any(o.startswith(key) for o in dry_run_overrides("code", "--local", AFM_LOCAL_DIR=str(tmp_path),
-                                                                    **env))
+    assert not any(o.startswith(key) for o in dry_run_overrides("code", "--local", AFM_LOCAL_DIR=str(tmp_path),
+                                                                WORKER_ZYGOTE="false"))
+    # a cluster: the client, and no zygote of the launch's own
+    for env in ({"RAY_ADDRESS": "127.0.0.1:6379"}, {"RAY_ADDRESS": "127.0.0.1:6379", "NNODES": "2",
+                                                     "GPUS_PER_NODE": "1"}):
+        assert any(o.startswith(key) for o in dry_run_overrides("code", "--local", AFM_LOCAL_DIR=str(tmp_path),
+                                                                **env))
+        res = run_script("code", "--dry-run", "--local", AFM_LOCAL_DIR=str(tmp_path), **env)
+        assert "Ray's workers fork from their node's zygote" in res.stdout, res.stdout[-2000:]
     assert not any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8"))
+    assert not any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8", NNODES="2"))
     assert any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8", WORKER_ZYGOTE="true"))
-    assert not any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8", NNODES="2",
-                                                                WORKER_ZYGOTE="true"))
+    assert any(o.startswith(key) for o in dry_run_overrides("web", GPUS_PER_NODE="8", NNODES="2",
+                                                            WORKER_ZYGOTE="true"))
     res = run_script("code", "--dry-run", "--local", AFM_LOCAL_DIR=str(tmp_path), WORKER_ZYGOTE="maybe")
     assert res.returncode != 0 and "WORKER_ZYGOTE" in res.stderr + res.stdout
 

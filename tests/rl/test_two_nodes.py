@@ -12,6 +12,7 @@ Checked from the runs' outputs (afm's rollout traces, verl's checkpoints and con
   and a rollout on the worker node calls a real tool server (afm's wiki server) at that node's SERVER_HOST;
 * a launch that finds the head alone, or a node with another afm version, stops with one line in bounded time;
 * a trainer rank on the worker node killed mid-step stops the run within seconds with one line naming it and its node;
+* each node's Ray workers are forks of that node's worker zygote (started by ``ray_cluster.sh``);
 * ``ray_cluster.sh stop`` (RAY_TEMP_DIR: that node only) leaves no process of any node.
 """
 
@@ -92,8 +93,11 @@ class Cluster:
     def actor(self, node: int, title: str) -> int | None:
         """The pid of the Ray actor process ``ray::<title>...`` of one node (a child of that node's raylet)."""
         table = _processes()
-        raylets = [pid for pid, (_, cmd) in table.items() if "raylet/raylet" in cmd and str(self.dirs[node]) in cmd]
-        for pid in _below(table, raylets):
+        # a worker is the raylet's child, or (WORKER_ZYGOTE) a fork of the node's zygote that the raylet's child,
+        # the zygote client, stands in for
+        roots = [pid for pid, (_, cmd) in table.items()
+                 if ("raylet/raylet" in cmd or "afm.rl.local.zygote" in cmd) and str(self.dirs[node]) in cmd]
+        for pid in _below(table, roots):
             if table[pid][1].startswith(f"ray::{title}"):
                 return pid
         return None
@@ -321,6 +325,8 @@ def two_nodes(tmp_path_factory):
     finally:
         out["stop"] = _stop(cluster)
         out["left"] = cluster.processes()
+        out["zygotes"] = [(d / "afm_worker_zygote.log").read_text() if (d / "afm_worker_zygote.log").exists() else ""
+                          for d in cluster.dirs]
         for d in cluster.dirs:
             shutil.rmtree(d, ignore_errors=True)
     return out
@@ -416,6 +422,22 @@ def test_stop_leaves_nothing_running(two_nodes):
     assert "stopping the Ray node of" in two_nodes["stop"][2].stdout  # the head: only its own processes
     assert two_nodes["left"] == []
 
+
+
+def test_each_nodes_workers_are_forks_of_its_zygote(two_nodes):
+    """`ray_cluster.sh head|worker` started a worker zygote on each node (WORKER_ZYGOTE=auto: no NVIDIA GPU here),
+    the launch set afm's client as Ray's py_executable (DEVICE=cpu), and each node's workers (two launches: trainer
+    rank, rollout replica, agent-loop and reward workers, the head's task runner) were forks of their own node's
+    zygote, none refused; `stop` ended the zygotes with their nodes (test_stop_leaves_nothing_running)."""
+    for node in (0, 1):
+        log = two_nodes["zygotes"][node]
+        assert "preloaded torch" in log, log
+        forked = [int(m) for m in re.findall(r"(\d+) workers forked", log)]
+        assert forked and forked[-1] >= 4, (node, log)
+    for log in two_nodes["logs"]:
+        text = log.read_text(errors="replace")
+        assert "WORKER_ZYGOTE=auto: Ray's workers fork from their node's zygote" in text
+        assert "[afm] worker zygote:" not in text, [line for line in text.splitlines() if "worker zygote:" in line]
 
 
 def test_a_missing_node_stops_the_launch_with_one_line(two_nodes):

@@ -157,6 +157,13 @@ def test_only_variables_read_at_import_refuse_a_fork():
     assert import_time_difference(mine, {**mine, "OMP_WAIT_POLICY": "PASSIVE"}) == "OMP_WAIT_POLICY"
     assert import_time_difference(mine, {**mine, "PYTHONHASHSEED": "1"}) == "PYTHONHASHSEED"
     assert import_time_difference({**mine, "LD_PRELOAD": "x.so"}, mine) == "LD_PRELOAD"
+    # a variable the zygote's own imports set (torch's inductor cache folder): the worker may lack it (its imports
+    # would set the same) or have that value (passed on by a process that imported the same first), not another
+    after = {**mine, "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
+    assert import_time_difference(mine, dict(mine), after) is None
+    assert import_time_difference(mine, dict(after), after) is None
+    assert import_time_difference(mine, {**mine, "TORCHINDUCTOR_CACHE_DIR": "/elsewhere"}, after) \
+        == "TORCHINDUCTOR_CACHE_DIR"
 
 
 def test_the_zygote_never_imports_ray_or_verl(tmp_path):

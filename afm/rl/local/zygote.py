@@ -19,8 +19,10 @@ What keeps a fork equal to a fresh process:
 * the child dies with its client (the process Ray started and watches), and the client exits with the child's code;
 * only processes of the zygote's own user are served (the socket's peer credentials): a fork runs what it is asked.
 
-Not on more than one node (each node's workers are started by its own raylet, from ``ray start``), and only where
-the launcher turns it on (``WORKER_ZYGOTE``; ``auto``: DEVICE=cpu on one node).
+On a cluster each node's workers are started by its own raylet, from ``ray start``: experiments/ray_cluster.sh starts
+one zygote a node (``--detach``: it outlives the script, ``ray_cluster.sh stop`` ends it) and puts its address in the
+environment ``ray start`` runs with, which the raylet's workers inherit; the launcher sets the client as Ray's
+``py_executable`` (``WORKER_ZYGOTE``; ``auto``: DEVICE=cpu), and a node without a zygote starts its workers as usual.
 """
 
 from __future__ import annotations
@@ -54,12 +56,17 @@ ADDRESS_VARIABLE = "AFM_WORKER_ZYGOTE"
 MAX_REQUEST = 1 << 20
 
 
-def import_time_difference(mine: Mapping[str, str], theirs: Mapping[str, str]) -> str | None:
-    """The first variable read at import whose value differs between the zygote's environment and a worker's, or
-    None when a fork of the zygote is the process the worker would have been."""
-    names = {k for k in (*mine, *theirs) if k.startswith(IMPORT_TIME_PREFIXES) and k not in THREAD_VARIABLES}
+def import_time_difference(mine: Mapping[str, str], theirs: Mapping[str, str],
+                           after: Mapping[str, str] | None = None) -> str | None:
+    """The first variable read at import whose value differs between the zygote's environment (``mine``, as the
+    preloaded modules found it) and a worker's, or None when a fork of the zygote is the process the worker would
+    have been. ``after``: the zygote's environment after its imports; a variable an import set there (torch's
+    inductor names its cache folder: TORCHINDUCTOR_CACHE_DIR) may also have that value in the worker's, which a
+    process that imported the same modules first (verl's driver, the raylet's parent on one node) passes on."""
+    after = mine if after is None else after
+    names = {k for k in (*mine, *after, *theirs) if k.startswith(IMPORT_TIME_PREFIXES) and k not in THREAD_VARIABLES}
     for name in sorted(names):
-        if mine.get(name) != theirs.get(name):
+        if theirs.get(name) not in (mine.get(name), after.get(name)):
             return name
     return None
 
@@ -117,13 +124,14 @@ class Zygote:
         self.listener.bind(abstract_address(address))
         self.listener.listen(64)
         began = time.monotonic()
+        self.env = dict(os.environ)  # what the imports below read
         for name in preload:
             __import__(name)
         leaked = [m for m in NOT_PRELOADED if m in sys.modules]
         if leaked:
             raise RuntimeError(f"preloading {', '.join(preload)} imported {', '.join(leaked)}, which each worker "
                                "must import with its own environment")
-        self.env = dict(os.environ)
+        self.env_after = dict(os.environ)
         self.threads = self.env.get("OMP_NUM_THREADS")
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, None)
@@ -155,7 +163,7 @@ class Zygote:
             conn.settimeout(30)  # a client that connects and says nothing must not stop the others
             request, fds = read_request(conn)
             conn.settimeout(None)
-            differs = import_time_difference(self.env, request["env"])
+            differs = import_time_difference(self.env, request["env"], self.env_after)
             if differs is not None or len(fds) != 3:
                 reason = f"{differs} differs from the zygote's" if differs else "the standard streams did not arrive"
                 _reply(conn, refused=reason)
@@ -252,8 +260,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m afm.rl.local.zygote", description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", required=True, help="the abstract Unix socket's name (AFM_WORKER_ZYGOTE)")
     parser.add_argument("--preload", default=",".join(PRELOAD), help="modules to import before forking")
+    parser.add_argument("--detach", action="store_true",
+                        help="outlive the process that started it (a Ray node's zygote, started by ray_cluster.sh)")
+    parser.add_argument("--log", help="append this process's output to this file (a detached zygote has no terminal)")
     args = parser.parse_args(argv)
-    _set_parent_death_signal()
+    if args.log:
+        # onto the zygote's own stdout and stderr: a fork replaces both with its worker's streams
+        fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    if not args.detach:
+        _set_parent_death_signal()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     preload = [m for m in args.preload.split(",") if m]
     try:
