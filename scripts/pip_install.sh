@@ -10,7 +10,9 @@
 # Where uv cannot be installed or fails, pip does the install.
 #
 # Knobs: AFM_INSTALLER (uv | pip; default uv; "none" environments, AFM_VENV=none, always use pip: uv would need
-# --system there), AFM_UV_VERSION (the uv release installed into the environment with pip).
+# --system there), AFM_UV_VERSION (the uv release installed into the environment with pip), AFM_COMPILE_BYTECODE
+# (1, the default: compile every installed module, as pip does; 0: leave it to the first process that imports each
+# module, which scripts/test.sh sets for its own installs).
 
 AFM_UV_VERSION=${AFM_UV_VERSION:-0.13.9}
 
@@ -46,11 +48,12 @@ afm_pip_install() {
   [[ $installer == uv || $installer == pip ]] || afm_die "AFM_INSTALLER must be uv or pip (got '$installer')"
   if [[ $installer == uv && -f "$(dirname "$py")/../pyvenv.cfg" ]]; then
     if uv=$(afm_uv_for "$py"); then
-      local index=()
+      local index=() compile=(--compile-bytecode)
+      [[ ${AFM_COMPILE_BYTECODE:-1} == 0 ]] && compile=()
       mapfile -t index < <(afm_pip_index_args "$py")
       # --compile-bytecode: as pip does. Without it an environment with PYTHONDONTWRITEBYTECODE=1 (this machine's, and
       # so CI's) compiles every module it imports in every process: the test suite took 1.84x the CPU
-      if "$uv" pip install --python "$py" --compile-bytecode --index-strategy unsafe-best-match "${index[@]}" "$@"; then
+      if "$uv" pip install --python "$py" "${compile[@]}" --index-strategy unsafe-best-match "${index[@]}" "$@"; then
         return 0
       fi
       echo "[install] uv could not install $*: pip does it" >&2
@@ -58,5 +61,7 @@ afm_pip_install() {
       echo "[install] uv $AFM_UV_VERSION could not be installed: pip does the install" >&2
     fi
   fi
-  "$py" -m pip install --disable-pip-version-check "$@"
+  local no_compile=()
+  [[ ${AFM_COMPILE_BYTECODE:-1} == 0 ]] && no_compile=(--no-compile)
+  "$py" -m pip install --disable-pip-version-check "${no_compile[@]}" "$@"
 }

@@ -35,6 +35,13 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # thread takes the core the thread it waits for needs (SFT beside one busy process: 1.6x faster, half the CPU;
 # benchmarks/RESULTS.md, twentieth session). A value in the environment is kept.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# Bytecode: the installs below leave it to the suite's interpreters, which write each module's .pyc the first time one
+# of them imports it (PYTHONDONTWRITEBYTECODE, set on this machine and so in CI, would stop that: every process would
+# compile what it imports, 1.84x the suite's CPU). Compiling both environments up front (~50,000 files) was ~130 s of
+# CPU at the start of every fresh install, most of it for modules no test imports (benchmarks/RESULTS.md,
+# twenty-sixth session). An environment installed before keeps its bytecode.
+export AFM_COMPILE_BYTECODE="${AFM_COMPILE_BYTECODE:-0}"
+unset PYTHONDONTWRITEBYTECODE
 AFM_RL_VENV="${AFM_RL_VENV:-.venv-rl}"
 
 # Test paths given on the command line (existing files or folders, optionally with ::node ids) go to the environment
