@@ -55,7 +55,8 @@ exit 3
 def _install(py: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     script = (f'source {REPO}/scripts/knobs.sh; source {REPO}/scripts/pip_install.sh; '
               f'afm_pip_install {py} "$@"')
-    environ = {k: v for k, v in os.environ.items() if k != "AFM_INSTALLER"}
+    # scripts/test.sh sets AFM_COMPILE_BYTECODE=0 for its own installs: the defaults here are the install's
+    environ = {k: v for k, v in os.environ.items() if k not in ("AFM_INSTALLER", "AFM_COMPILE_BYTECODE")}
     environ.update(env)
     proc = subprocess.run(["bash", "-c", script, "bash", *args], capture_output=True, text=True, env=environ,
                           timeout=60)
@@ -106,6 +107,19 @@ def test_pip_alone_when_asked_or_outside_a_venv(tmp_path, case):
     proc, calls = _install(py, "torch==2.13.0", **env)
     assert proc.returncode == 0, proc.stderr
     assert calls == ["pip -m pip install --disable-pip-version-check torch==2.13.0"]
+
+
+def test_bytecode_is_left_to_the_importers_when_asked(tmp_path):
+    """AFM_COMPILE_BYTECODE=0 (scripts/test.sh's installs): neither uv nor pip compiles the installed modules; the
+    suite's interpreters write the .pyc of what they import."""
+    py = _venv(tmp_path)
+    proc, calls = _install(py, "torch==2.13.0", AFM_COMPILE_BYTECODE="0")
+    assert proc.returncode == 0, proc.stderr
+    assert calls[0].startswith(f"uv pip install --python {py} --index-strategy") and "--compile" not in calls[0]
+    py = _venv(tmp_path / "pip")
+    proc, calls = _install(py, "torch==2.13.0", AFM_COMPILE_BYTECODE="0", AFM_INSTALLER="pip")
+    assert proc.returncode == 0, proc.stderr
+    assert calls == ["pip -m pip install --disable-pip-version-check --no-compile torch==2.13.0"]
 
 
 def test_an_unknown_installer_is_refused(tmp_path):

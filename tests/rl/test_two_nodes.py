@@ -202,8 +202,8 @@ def _odd_environment(folder: Path) -> str:
     wrapper = folder / "python"
     wrapper.write_text("#!/bin/bash\n"
                        'if [[ $1 == -c && $2 == *afm.__version__* ]]; then\n'
-                       '  echo "afm_version=0.0.0-other,verl_version=$(' + str(real) + ' -c "import verl; '
-                       'print(verl.__version__)")"; exit 0\nfi\n'
+                       '  echo "afm_version=0.0.0-other,verl_version=$(' + str(real) + ' -c "from afm.rl.cluster '
+                       'import verl_version; print(verl_version())")"; exit 0\nfi\n'
                        f'exec {real} "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
