@@ -20,7 +20,9 @@
 # (auto | true | false; auto: on a node without an NVIDIA GPU): a process that has imported torch, tensordict and
 # transformers, which the node's Ray workers are forked from when the RL script asks for it (its WORKER_ZYGOTE, on
 # by default with DEVICE=cpu) instead of each importing them (~5 s of a core a worker; afm/rl/local/zygote.py). Its
-# log: RAY_TEMP_DIR/afm_worker_zygote.log (/tmp/ray without RAY_TEMP_DIR); `stop` ends it with the node.
+# log: RAY_TEMP_DIR/afm_worker_zygote.log (/tmp/ray without RAY_TEMP_DIR); `stop` ends it with the node. It holds
+# ~0.5 GB for the node's life and the modules it imported then: restart the node after changing its environment (as
+# Ray's own processes need too).
 #
 # A second node on the same machine (how the tests run two nodes; also a quick check of a cluster's scripts):
 #   HEAD_ADDR=127.0.0.1 GPUS_PER_NODE=1 NUM_CPUS=8 bash experiments/ray_cluster.sh head
