@@ -68,17 +68,24 @@ fi
 [[ $agent_port =~ ^[0-9]+$ ]] || afm_die "AGENT_PORT must be a port number (got '$agent_port')"
 
 # What every start passes: this node's resources, Ray folder and address, and its afm/verl versions as labels.
+# node_python: the interpreter beside this node's `ray`
+node_python() {
+  if [[ -x $(dirname "$ray_bin")/python ]]; then echo "$(dirname "$ray_bin")/python"; else echo python3; fi
+}
+
+# rl_default NAME: the RL scripts' default of knob NAME (afm/launch/rl.py), for a knob this script shares with them
+rl_default() {
+  "$(node_python)" -c 'import sys; sys.path.insert(0, sys.argv[1]); from afm.launch.rl import default
+print(default(sys.argv[2]))' "$AFM_ROOT" "$1" || afm_die "$(node_python) cannot read afm's $1 default"
+}
+
 node_args() {
   local py versions
-  py=$(dirname "$ray_bin")/python
-  [[ -x $py ]] || py=python3
+  py=$(node_python)
   # verl's version read from its package, not imported (~5 s of a core: torch)
   versions=$("$py" -c 'import afm; from afm.rl.cluster import verl_version
 print(f"afm_version={afm.__version__},verl_version={verl_version()}")' 2> /dev/null) || afm_die "$py cannot import afm and verl: this node needs the RL environment (.venv-rl)"
-  if [[ -z $gpus ]]; then
-    gpus=$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from afm.launch.rl import default
-print(default("GPUS_PER_NODE"))' "$AFM_ROOT") || afm_die "$py cannot read afm's GPUS_PER_NODE default"
-  fi
+  [[ -n $gpus ]] || gpus=$(rl_default GPUS_PER_NODE)
   NODE_ARGS=(--num-gpus="$gpus" --labels="$versions" --dashboard-agent-listen-port="$agent_port")
   [[ -n $num_cpus ]] && NODE_ARGS+=(--num-cpus="$num_cpus")
   [[ -n ${RAY_TEMP_DIR:-} ]] && NODE_ARGS+=(--temp-dir="$RAY_TEMP_DIR")
@@ -88,11 +95,11 @@ print(default("GPUS_PER_NODE"))' "$AFM_ROOT") || afm_die "$py cannot read afm's 
   return 0
 }
 
-# This node's worker zygote: one a Ray folder and user (an abstract socket: no file to clean up).
 # The folder this node's Ray writes to: RAY_TEMP_DIR, else Ray's own.
 node_dir() {
   if [[ -n ${RAY_TEMP_DIR:-} ]]; then printf '%s' "$RAY_TEMP_DIR"; else printf '/tmp/ray'; fi
 }
+# This node's worker zygote: one a Ray folder and user (an abstract socket: no file to clean up).
 zygote_name() {
   printf 'afm-node-zygote-%s-%s' "$(id -u)" "$(node_dir | cksum | cut -d' ' -f1)"
 }
@@ -104,13 +111,8 @@ stop_zygote() {
 # start_zygote: the node's worker zygote, detached (it outlives this script, as `ray start`'s processes do), its
 # address exported for `ray start`: the raylet's workers inherit it, and afm's zygote client asks it for a fork.
 start_zygote() {
-  local want=${WORKER_ZYGOTE:-} py name dir
-  py=$(dirname "$ray_bin")/python
-  [[ -x $py ]] || py=python3
-  if [[ -z $want ]]; then  # the RL scripts' default (afm/launch/rl.py)
-    want=$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from afm.launch.rl import default
-print(default("WORKER_ZYGOTE"))' "$AFM_ROOT") || afm_die "$py cannot read afm's WORKER_ZYGOTE default"
-  fi
+  local want=${WORKER_ZYGOTE:-} name dir
+  [[ -n $want ]] || want=$(rl_default WORKER_ZYGOTE)
   case $want in
     auto) if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then return 0; fi ;;
     true) ;;
@@ -121,7 +123,7 @@ print(default("WORKER_ZYGOTE"))' "$AFM_ROOT") || afm_die "$py cannot read afm's 
   dir=$(node_dir)
   mkdir -p "$dir"
   stop_zygote  # one left by an earlier start of this node (not stopped) holds the address
-  setsid "$py" -m afm.rl.local.zygote --address "$name" --detach --log "$dir/afm_worker_zygote.log" \
+  setsid "$(node_python)" -m afm.rl.local.zygote --address "$name" --detach --log "$dir/afm_worker_zygote.log" \
     < /dev/null > /dev/null 2>&1 &
   export AFM_WORKER_ZYGOTE=$name
   echo "[afm] worker zygote $name (log: $dir/afm_worker_zygote.log)"

@@ -52,7 +52,8 @@ afm_pip_install() {
       [[ ${AFM_COMPILE_BYTECODE:-1} == 0 ]] && compile=()
       mapfile -t index < <(afm_pip_index_args "$py")
       # --compile-bytecode: as pip does. Without it an environment with PYTHONDONTWRITEBYTECODE=1 (this machine's, and
-      # so CI's) compiles every module it imports in every process: the test suite took 1.84x the CPU
+      # so CI's) compiles every module it imports in every process: the test suite took 1.84x the CPU (scripts/test.sh
+      # turns it off for its installs and lets the suite's first importer write each .pyc instead)
       if "$uv" pip install --python "$py" "${compile[@]}" --index-strategy unsafe-best-match "${index[@]}" "$@"; then
         return 0
       fi
