@@ -10,7 +10,8 @@ torchrun ranks of one thread each (gloo), the same steps split between them. ``-
 bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design).
 ``--compare openmp``: A libgomp's default spin at a barrier, B a short one (``GOMP_SPINCOUNT=3000``);
 ``--compare logits``: A takes the head's logits at every position, B only where the next token is trained
-(``trained_logits_only``, what the quickstart sets). ``--compare passive``: B none (``OMP_WAIT_POLICY=PASSIVE``, what scripts/test.sh sets); ``--compare loader``: A
+(``trained_logits_only``, what the quickstart sets). ``--compare prefix``: A computes every row's copy of the
+common prompt prefix, B runs it once per micro-batch (``share_prefix``, what the quickstart sets). ``--compare passive``: B none (``OMP_WAIT_POLICY=PASSIVE``, what scripts/test.sh sets); ``--compare loader``: A
 reads and collates each step's rows in the training process, B in one dataloader worker process, ahead of the step;
 ``--compare micro``: A two
 sorted micro-batches of 8 a step (the quickstart's), B four of 4; ``--compare threads``: A torch's intra-op threads (one a core), B one thread (``OMP_NUM_THREADS=1``); ``--busy N`` runs N busy loops beside every run (a shared
@@ -79,6 +80,9 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     # torch's intra-op threads: one a core (its default) against one; with --busy N beside, as in the test suite
     # (three pytest processes on two cores)
     "threads": {"a thread a core": {ENV: {"OMP_NUM_THREADS": None}}, "1 thread": {ENV: {"OMP_NUM_THREADS": "1"}}},
+    # every row's copy of the common prompt prefix computed (the stock step) against the prefix run once per
+    # micro-batch, its cache shared (share_prefix, what the quickstart sets): the same loss by construction
+    "prefix": {"per row": {"share_prefix": False}, "shared": {"share_prefix": True}},
 }
 
 

@@ -99,20 +99,26 @@ def _weights(model_dir) -> dict:
 
 def test_sorted_micro_batches_train_the_same_step_with_less_padding(tiny_model, demo_data, tmp_path):
     """sort_micro_batches: one step of 8 rows as one batch and as two sorted micro-batches of 4 (gradient
-    accumulation) trains the same rows to the same weights; the log says what the sorting saved."""
+    accumulation) trains the same rows to the same weights; the log says what the sorting saved. With share_prefix
+    (and trained_logits_only) on top, each micro-batch's common prefix runs once: the same weights again."""
     weights, logs = {}, {}
-    for name, (micro, accum) in {"one": (8, 1), "two": (4, 2)}.items():
+    runs = {"one": (8, 1, {}), "two": (4, 2, {}),
+            "shared": (4, 2, {"share_prefix": True, "trained_logits_only": True,
+                              "disable_gradient_checkpointing": True})}
+    for name, (micro, accum, extra) in runs.items():
         cfg, out = _train(tmp_path, name, model=tiny_model, data=demo_data, per_device_train_batch_size=micro,
-                          gradient_accumulation_steps=accum, max_steps=1, sort_micro_batches=True)
+                          gradient_accumulation_steps=accum, max_steps=1, sort_micro_batches=True, **extra)
         proc = run_afm_sft(["train", str(cfg)])
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         weights[name], logs[name] = _weights(out), proc.stdout
     assert "each step's 8 rows longest first, in micro-batches of 4" in logs["two"]
     assert "same rows and gradient per step" in logs["two"]
+    assert "[afm] share_prefix: a micro-batch's 4 rows share their first" in logs["shared"]
     untrained = _weights(tiny_model)
     for key, tensor in weights["one"].items():
         # float32, the loss summed in another order: equal to ~1e-7; the step itself moved them ~lr (1e-3)
         assert torch_allclose(weights["two"][key], tensor, atol=2e-6), key
+        assert torch_allclose(weights["shared"][key], tensor, atol=2e-6), key
     assert any(not torch_allclose(untrained[k], t, atol=1e-5) for k, t in weights["one"].items())
     cfg, _ = _train(tmp_path, "refused", model=tiny_model, data=demo_data, stage="dpo", dataset="afm_demo_dpo",
                     sort_micro_batches=True)
@@ -122,6 +128,9 @@ def test_sorted_micro_batches_train_the_same_step_with_less_padding(tiny_model, 
                     dataset="afm_demo_dpo", trained_logits_only=True)
     proc = run_afm_sft(["train", str(cfg)])
     assert proc.returncode != 0 and "trained_logits_only is implemented for stage sft only" in proc.stderr
+    cfg, _ = _train(tmp_path, "refused_prefix", model=tiny_model, data=demo_data, share_prefix=True)
+    proc = run_afm_sft(["train", str(cfg)])  # LLaMA-Factory's default: gradient checkpointing on
+    assert proc.returncode != 0 and "share_prefix needs disable_gradient_checkpointing: true" in proc.stderr
 
 
 def torch_allclose(a, b, atol: float) -> bool:
@@ -158,7 +167,8 @@ def test_cli_flags_without_config_file(tiny_model, demo_data, tmp_path):
 def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
     # with sorted micro-batches: a step is 2 rows x 2 micro-batches x 2 ranks, drawn by one sampler on both ranks
     cfg, out = _train(tmp_path, "ddp", model=tiny_model, data=demo_data, per_device_train_batch_size=2, max_steps=2,
-                      ddp_backend="gloo", gradient_accumulation_steps=2, sort_micro_batches=True)
+                      ddp_backend="gloo", gradient_accumulation_steps=2, sort_micro_batches=True,
+                      share_prefix=True, disable_gradient_checkpointing=True)
     proc = run_afm_sft(["train", str(cfg)], env={"FORCE_TORCHRUN": "1", "NPROC_PER_NODE": "2",
                                                  "MASTER_PORT": "29531", "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -167,6 +177,7 @@ def test_torchrun_two_processes_still_mask(tiny_model, demo_data, tmp_path):
     # both ranks parsed ignore_observation: stock LLaMA-Factory workers would reject the unknown key
     assert "process rank: 1, world size: 2" in logs.lower()
     assert "each step's 8 rows longest first, in micro-batches of 2" in logs
+    assert "[afm] share_prefix: a micro-batch's 2 rows share their first" in logs  # under DDP's forward
     single = {k: v for k, v in yaml.safe_load(cfg.read_text()).items() if k != "ddp_backend"}
     assert _report(out) == _expected_report(single)  # both ranks' work counted once
 

@@ -18,6 +18,8 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
    steps, each step's rows longest first, so its micro-batches pad less; the gradient is unchanged).
    ``trained_logits_only: true`` (SFT): the trainer's ``compute_loss`` is wrapped so that the output head and the
    loss see only the positions whose next token is trained (:mod:`afm.sft.trained_logits`; the loss is unchanged).
+   ``share_prefix: true`` (SFT): in the same wrapper, the prompt prefix every row of a micro-batch starts with runs
+   once, its cache shared by the rows (:mod:`afm.sft.shared_prefix`; the loss is unchanged).
 
 Every upstream name touched here is listed in :data:`afm.sft.compat.UPSTREAM` (tested one by one), and
 :func:`apply` first checks that the installed LLaMA-Factory is a supported release.
@@ -28,6 +30,7 @@ changed overlay never reuses a cache built by an older one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -111,6 +114,15 @@ class AfmDataArguments(DataArguments):
             "help": "SFT: compute the output head's logits and the loss only at positions whose next token is "
             "trained (not the prompt, masked observations or padding): the same loss and gradient, less compute "
             "and logits memory (afm/sft/trained_logits.py)."
+        },
+    )
+    share_prefix: bool = field(
+        default=False,
+        metadata={
+            "help": "SFT: run the prompt prefix that every row of a micro-batch starts with (system turn, tool "
+            "descriptions, instruction) once, its key/value cache shared by the rows: the same loss and gradient, "
+            "(rows-1)/rows of the prefix's compute saved. Needs disable_gradient_checkpointing: true "
+            "(afm/sft/shared_prefix.py)."
         },
     )
     afm_overlay_fingerprint: str = field(default=OVERLAY_FINGERPRINT, init=False, repr=False)
@@ -478,6 +490,13 @@ def _patch_parser() -> None:
             )
         if getattr(data_args, "trained_logits_only", False) and stage != "sft":
             raise ValueError(f"trained_logits_only is implemented for stage sft only, not {stage!r}; remove it")
+        if getattr(data_args, "share_prefix", False):
+            if stage != "sft":
+                raise ValueError(f"share_prefix is implemented for stage sft only, not {stage!r}; remove it")
+            if not getattr(parsed[0], "disable_gradient_checkpointing", False):
+                raise ValueError("share_prefix needs disable_gradient_checkpointing: true (a checkpointed layer runs "
+                                 "its forward again in the backward pass and would extend the shared prefix's cache "
+                                 "twice); set it, or remove share_prefix")
         if getattr(data_args, "sort_micro_batches", False):
             if stage != "sft":
                 raise ValueError(f"sort_micro_batches is implemented for stage sft only, not {stage!r}; remove it")
@@ -494,6 +513,7 @@ def _patch_parser() -> None:
 # run_sft once)
 _SORT_MICRO_BATCHES = {"on": False}
 _TRAINED_LOGITS = {"on": False}
+_SHARE_PREFIX = {"on": False}
 
 
 def _patch_sorted_micro_batches() -> None:
@@ -511,10 +531,11 @@ def _patch_sorted_micro_batches() -> None:
     def run_sft(model_args, data_args, training_args, finetuning_args, *args, **kwargs):
         _SORT_MICRO_BATCHES["on"] = bool(getattr(data_args, "sort_micro_batches", False))
         _TRAINED_LOGITS["on"] = bool(getattr(data_args, "trained_logits_only", False))
+        _SHARE_PREFIX["on"] = bool(getattr(data_args, "share_prefix", False))
         try:
             return orig_run_sft(model_args, data_args, training_args, finetuning_args, *args, **kwargs)
         finally:
-            _SORT_MICRO_BATCHES["on"] = _TRAINED_LOGITS["on"] = False
+            _SORT_MICRO_BATCHES["on"] = _TRAINED_LOGITS["on"] = _SHARE_PREFIX["on"] = False
 
     trainer_cls = lf_sft_trainer.CustomSeq2SeqTrainer
     orig_sampler = trainer_cls._get_train_sampler
@@ -539,26 +560,58 @@ def _patch_sorted_micro_batches() -> None:
 
     @functools.wraps(orig_loss)
     def compute_loss(self, model, inputs, *args, **kwargs):
-        if not (_TRAINED_LOGITS["on"] and model.training and "labels" in inputs):
+        if not ((_TRAINED_LOGITS["on"] or _SHARE_PREFIX["on"]) and model.training and "labels" in inputs):
             return orig_loss(self, model, inputs, *args, **kwargs)
-        from afm.sft.trained_logits import TrainedLogitsError, trained_positions, unsupported_reason
+        from afm.sft.shared_prefix import shared_prefix
+        from afm.sft.trained_logits import base_model, trained_positions
 
-        if (why := unsupported_reason(self)) is not None:
-            raise TrainedLogitsError(f"trained_logits_only cannot reproduce this loss: {why}; set "
-                                     "trained_logits_only: false")
-        labels = inputs["labels"]
-        if not getattr(self, "_afm_trained_logits_said", False) and self.args.should_log:
-            self._afm_trained_logits_said = True
-            kept, total = int((labels[:, 1:] != -100).sum()), labels[:, 1:].numel()
-            print(f"[afm] trained_logits_only: the first micro-batch takes logits at {kept} of {total} positions "
-                  f"({kept / max(total, 1):.0%}); the loss is the same", flush=True)
-        with trained_positions(model, labels):
+        prefix = _micro_batch_prefix(self, inputs) if _SHARE_PREFIX["on"] else 0
+        labels = inputs["labels"][:, prefix:]  # what the model's head sees past a shared prefix
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(shared_prefix(base_model(model), prefix))
+            if _TRAINED_LOGITS["on"]:
+                _check_trained_logits(self, labels)
+                stack.enter_context(trained_positions(model, labels))
             return orig_loss(self, model, inputs, *args, **kwargs)
 
     lf_tuner.run_sft = run_sft
     trainer_cls._get_train_sampler = _get_train_sampler
     trainer_cls.compute_loss = compute_loss
     lf_tuner._afm_sort_patched = True
+
+
+def _check_trained_logits(trainer: Any, labels: Any) -> None:
+    """trained_logits_only: refuse a loss it cannot reproduce; say once what the first micro-batch keeps."""
+    from afm.sft.trained_logits import TrainedLogitsError, unsupported_reason
+
+    if (why := unsupported_reason(trainer)) is not None:
+        raise TrainedLogitsError(f"trained_logits_only cannot reproduce this loss: {why}; set "
+                                 "trained_logits_only: false")
+    if not getattr(trainer, "_afm_trained_logits_said", False) and trainer.args.should_log:
+        trainer._afm_trained_logits_said = True
+        kept, total = int((labels[:, 1:] != -100).sum()), labels[:, 1:].numel()
+        print(f"[afm] trained_logits_only: the first micro-batch takes logits at {kept} of {total} positions "
+              f"({kept / max(total, 1):.0%}); the loss is the same", flush=True)
+
+
+def _micro_batch_prefix(trainer: Any, inputs: dict[str, Any]) -> int:
+    """share_prefix: the micro-batch's shared prefix in tokens (0: run it as usual), said once each way."""
+    from afm.sft.shared_prefix import SharedPrefixError, prefix_length, unsupported_reason
+
+    if (why := unsupported_reason(trainer)) is not None:
+        raise SharedPrefixError(f"share_prefix is not supported here: {why}; set share_prefix: false")
+    prefix, why = prefix_length(inputs)
+    said = trainer.__dict__.setdefault("_afm_share_prefix_said", set())
+    kind = "shared" if prefix else "none"
+    if kind not in said and trainer.args.should_log:
+        said.add(kind)
+        rows, width = inputs["input_ids"].shape
+        if prefix:
+            print(f"[afm] share_prefix: a micro-batch's {rows} rows share their first {prefix} of {width} tokens, "
+                  f"run once (the loss is the same)", flush=True)
+        else:
+            print(f"[afm] share_prefix: a micro-batch of {rows} rows runs as usual: {why}", flush=True)
+    return prefix
 
 
 def _replace_data_arguments() -> None:
