@@ -306,3 +306,42 @@ def test_the_masking_report_is_the_sft_runs_own(tmp_path):
     (tmp_path / "sft.log").write_text("no report printed\n")  # a log without it: the totals, still one line
     assert masking_report(tmp_path / "sft", tmp_path / "sft.log", tmp_path / "m.json").startswith(
         "[afm] observation masking: {")
+
+
+def test_a_background_dapo_job_is_stopped_with_everything_it_started(tmp_path):
+    """The quickstart evaluates the SFT policy while DAPO trains (afm.quickstart.rl.DapoJob): a quickstart that stops
+    on the way (an error in the evaluation, SIGTERM) ends the launch's whole process group, and a run that exited
+    non-zero raises with its log's tail."""
+    import os
+    import subprocess
+    import time
+
+    from afm.common.ray_scope import private_ray_tmpdir
+    from afm.quickstart.rl import DapoJob
+
+    def job(script: str) -> DapoJob:
+        log = tmp_path / "dapo.log"
+        out = log.open("w")
+        proc = subprocess.Popen(["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        return DapoJob(proc, log, tmp_path, private_ray_tmpdir(), out)
+
+    running = job("sleep 300 & echo child $!; wait")
+    deadline = time.monotonic() + 30
+    while "child" not in (tmp_path / "dapo.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((tmp_path / "dapo.log").read_text().split()[1])
+    running.stop(grace_s=5)
+    assert running.proc.returncode is not None and not running.ray_tmp.exists()
+    for _ in range(100):  # the grandchild got the group's SIGTERM (reaped by init)
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the launch's child {child} survived stop()")
+    running.stop()  # twice is harmless
+    failed = job("echo Traceback; echo 'ValueError: bad config'; exit 3")
+    with pytest.raises(RuntimeError, match="exit 3") as err:
+        failed.wait()
+    assert "bad config" in str(err.value) and not failed.ray_tmp.exists()
+    assert os.path.exists(tmp_path / "dapo.log")

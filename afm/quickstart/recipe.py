@@ -333,17 +333,17 @@ def select_rl_data(model: Path, world_root: Path, servers: Any, work: Path, *, n
     return {"samples": samples, "parquet": parquet if report.get("kept") else None, "report": report}
 
 
-def train_rl(model: Path, parquet: Path, servers: Any, work: Path, *, steps: int, lr: float,
+def start_rl(model: Path, parquet: Path, servers: Any, work: Path, *, steps: int, lr: float,
              knobs: dict[str, Any] | None = None) -> Any:
-    """DAPO from ``model`` on ``parquet`` through verl's real trainer (``--local``: CPU, hf rollout) with the world's
-    tools, the profile's :data:`~afm.quickstart.profile.RL_KNOBS`, the evaluations' cap on one generation and
-    learning rate ``lr``; returns
-    :class:`afm.quickstart.rl.DapoRun` (final HF policy, per-step metrics)."""
-    from afm.quickstart.rl import run_dapo
+    """Start DAPO from ``model`` on ``parquet`` through verl's real trainer (``--local``: CPU, hf rollout) with the
+    world's tools, the profile's :data:`~afm.quickstart.profile.RL_KNOBS`, the evaluations' cap on one generation and
+    learning rate ``lr``; returns the running :class:`afm.quickstart.rl.DapoJob` (``wait()``: the final HF policy and
+    per-step metrics)."""
+    from afm.quickstart.rl import start_dapo
 
-    return run_dapo(model, parquet, world_tools(servers), work, task="code", steps=steps,
-                    knobs={**RL_KNOBS, "LR": lr, **(knobs or {})},
-                    max_tokens_per_turn=WORLD_SAMPLING["max_tokens_per_turn"])
+    return start_dapo(model, parquet, world_tools(servers), work, task="code", steps=steps,
+                      knobs={**RL_KNOBS, "LR": lr, **(knobs or {})},
+                      max_tokens_per_turn=WORLD_SAMPLING["max_tokens_per_turn"])
 
 
 def accuracy(run_dir: Path) -> dict[str, float]:

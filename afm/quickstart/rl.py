@@ -8,8 +8,10 @@ would, then reads the step metrics from the console log and the final Hugging Fa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -202,14 +204,55 @@ def dapo_failure(text: str, log: Path, code: int) -> RuntimeError:
     return RuntimeError(f"DAPO run failed (exit {code}); log {log}:\n{tail}")
 
 
-def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str, Any], work: str | Path, *,
-             task: str = "code", steps: int, knobs: Mapping[str, Any] | None = None,
-             max_tokens_per_turn: int | None = None, echo: bool = True) -> DapoRun:
-    """``bash experiments/train_dapo_<task>.sh --local`` from ``model`` on ``train_files`` with the given tools.
+class DapoJob:
+    """A DAPO run started in the background (:func:`start_dapo`): :meth:`wait` for its :class:`DapoRun`, or
+    :meth:`stop` it (the launch's process group and its Ray processes)."""
+
+    def __init__(self, proc: subprocess.Popen, log: Path, work: Path, ray_tmp: Path, out: Any) -> None:
+        self.proc, self.log, self.work, self.ray_tmp, self._out = proc, log, work, ray_tmp, out
+        self.t0 = time.monotonic()
+
+    def wait(self) -> DapoRun:
+        """Block until the run ends; its policy and metrics, or the failure (:func:`dapo_failure`)."""
+        try:
+            code = self.proc.wait()
+        finally:
+            self._close()
+        text = self.log.read_text(errors="replace")
+        if code != 0:
+            raise dapo_failure(text, self.log, code)
+        return DapoRun(model=latest_hf_checkpoint(self.work / "checkpoints"), steps=parse_steps(text), log=self.log,
+                       seconds=time.monotonic() - self.t0)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """End the run (TERM to the launch's process group, KILL after ``grace_s``) and its Ray processes."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._close()
+
+    def _close(self) -> None:
+        if not self._out.closed:
+            self._out.close()
+            # a Ray folder of this run's own: stopping it ends this run's Ray processes and no other cluster
+            stop_ray_in(self.ray_tmp)
+
+
+def start_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str, Any], work: str | Path, *,
+               task: str = "code", steps: int, knobs: Mapping[str, Any] | None = None,
+               max_tokens_per_turn: int | None = None, echo: bool = True) -> DapoJob:
+    """Start ``bash experiments/train_dapo_<task>.sh --local`` from ``model`` on ``train_files`` with the given tools,
+    in its own process group, and return at once (:class:`DapoJob`).
 
     ``knobs`` are the script's environment knobs (``ROLLOUT_N``, ``MAX_RESPONSE_LENGTH``, ``LR``, ...); the local
     profile fills the rest. ``max_tokens_per_turn`` caps one generation of ``afm_agent`` (:func:`agent_loops_yaml`;
-    None: the response budget). Raises with the log's tail when the run fails.
+    None: the response budget).
     """
     work = Path(work).absolute()
     work.mkdir(parents=True, exist_ok=True)
@@ -233,20 +276,31 @@ def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str,
     cmd = ["bash", str(REPO / "experiments" / f"train_dapo_{task}_agent.sh"), "--local"]
     if echo:
         print(f"$ {' '.join(cmd)}   (log: {log})", flush=True)
-    t0 = time.monotonic()
-    # a Ray folder of this run's own: stopping it afterwards ends this run's Ray processes and no other cluster
     ray_tmp = private_ray_tmpdir()
     env["RAY_TMPDIR"] = str(ray_tmp)
+    out = log.open("w")
     try:
-        with log.open("w") as f:
-            proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, text=True)
-    finally:
+        # its own process group: stop() ends the launch and everything it started, and a Ctrl-C at the terminal
+        # reaches the quickstart, which stops it, rather than the launch in the middle of a step
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    except BaseException:
+        out.close()
         stop_ray_in(ray_tmp)
-    text = log.read_text(errors="replace")
-    if proc.returncode != 0:
-        raise dapo_failure(text, log, proc.returncode)
-    return DapoRun(model=latest_hf_checkpoint(work / "checkpoints"), steps=parse_steps(text), log=log,
-                   seconds=time.monotonic() - t0)
+        raise
+    return DapoJob(proc, log, work, ray_tmp, out)
+
+
+def run_dapo(model: str | Path, train_files: str | Path, afm_tools: Mapping[str, Any], work: str | Path, *,
+             task: str = "code", steps: int, knobs: Mapping[str, Any] | None = None,
+             max_tokens_per_turn: int | None = None, echo: bool = True) -> DapoRun:
+    """:func:`start_dapo` and wait for it; raises with the log's tail when the run fails (stopped if interrupted)."""
+    job = start_dapo(model, train_files, afm_tools, work, task=task, steps=steps, knobs=knobs,
+                     max_tokens_per_turn=max_tokens_per_turn, echo=echo)
+    try:
+        return job.wait()
+    finally:
+        job.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@
    ``afm data filter`` and ``afm data convert``;
 3. the untrained student (tiny Qwen2, tokenizer trained on the SFT set), evaluated with ``afm eval run``;
 4. masked SFT (``afm-sft train``, a real LLaMA-Factory run) with the observation-masking report of its own
-   preprocessing (what ``afm-sft mask-report`` prints), evaluated;
+   preprocessing (what ``afm-sft mask-report`` prints), evaluated (while DAPO trains, when it does);
 5. RL selection: the SFT policy samples the RL split, ``afm data select`` keeps what it does not always solve;
 6. DAPO through verl's real trainer on the local CPU backend (``experiments/train_dapo_code_agent.sh --local``),
    evaluated; in the teacher-shortcut world (:mod:`afm.quickstart.world`, the default) the RL set is the ``lookup``
@@ -87,8 +87,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         make_world,
         select_rl_data,
         sft_config,
+        start_rl,
         train_questions,
-        train_rl,
         train_sft,
     )
     from afm.quickstart.rl import GroupsFiltered, rl_precision, rl_threads, rollout_engine, stopped_dapo
@@ -155,12 +155,18 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         print(masking_report(sft, work / "sft.log", work / "mask_report.json"), flush=True)
         curve = losses(sft)
         print(ascii_curve(curve), flush=True)
-        t = time.monotonic()
         runs["sft"] = work / "eval" / "sft"
-        with serving(engine, sft, work / "engine" / "sft") as backend:
-            print("      SFT: " + _fmt(evaluate(sft, root, servers, runs["sft"], backend=backend)), flush=True)
-        turn_end["sft"] = _turn_end(sft, runs["sft"])
-        seconds["eval_sft"] = time.monotonic() - t
+
+        def evaluate_sft(beside: str = "") -> None:
+            t = time.monotonic()
+            with serving(engine, sft, work / "engine" / "sft") as backend:
+                acc = evaluate(sft, root, servers, runs["sft"], backend=backend)
+            print(f"      SFT{beside}: " + _fmt(acc), flush=True)
+            turn_end["sft"] = _turn_end(sft, runs["sft"])
+            seconds["eval_sft"] = time.monotonic() - t
+
+        if not rl:
+            evaluate_sft()
 
         dapo, rl_skipped, rl_stopped = None, "", ""
         rollout = precision = threads = ("", "")
@@ -192,6 +198,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                   f"(mean pass rate {sel['report'].get('mean_pass_rate', 0):.2f}) -> {sel['parquet']}", flush=True)
         if rl and rl_skipped:
             exit_signals.check()
+            evaluate_sft()
             print(f"[6/7] DAPO skipped: {rl_skipped}", flush=True)
         elif rl:
             exit_signals.check()
@@ -201,18 +208,24 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                   f"{rollout[1]}; {precision[0]}: {precision[1]}; {threads[0]} thread(s) a process: {threads[1]}; "
                   "afm_agent loop, the same tools)", flush=True)
             t = time.monotonic()
+            # DAPO runs in its own processes (~1.3 of 2 cores here) while the SFT policy is evaluated in this one
+            # (~1.2): the evaluation needs nothing DAPO makes, and beside it the two take ~10 s less than one after
+            # the other (benchmarks/RESULTS.md, twenty-seventh session)
+            job = start_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps, lr=profile.rl_lr,
+                           knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(profile=profile), "TEMPERATURE": profile.rl_temperature,
+                                  "ROLLOUT_ENGINE": rollout[0], "CPU_PRECISION": precision[0],
+                                  "OMP_NUM_THREADS": threads[0],
+                                  # 0: none set here (torch's 1e-8, or the caller's ADAM_EPS)
+                                  **({"ADAM_EPS": f"{profile.rl_adam_eps:g}"} if profile.rl_adam_eps else {}),
+                                  # verl's dump of every rollout, for the trajectory viewer (view.html)
+                                  "ROLLOUT_DATA_DIR": str(work / "rl" / "rollouts"),
+                                  **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch),
+                                  **rl_checkpoint_knobs(profile),
+                                  **(PRETRAINED_RL_KNOBS if profile.student else {})})
             try:
-                dapo = train_rl(sft, sel["parquet"], servers, work / "rl", steps=profile.rl_steps, lr=profile.rl_lr,
-                                knobs={"MAX_NUM_GEN_BATCHES": rl_refill_cap(profile=profile), "TEMPERATURE": profile.rl_temperature,
-                                       "ROLLOUT_ENGINE": rollout[0], "CPU_PRECISION": precision[0],
-                                       "OMP_NUM_THREADS": threads[0],
-                                       # 0: none set here (torch's 1e-8, or the caller's ADAM_EPS)
-                                       **({"ADAM_EPS": f"{profile.rl_adam_eps:g}"} if profile.rl_adam_eps else {}),
-                                       # verl's dump of every rollout, for the trajectory viewer (view.html)
-                                       "ROLLOUT_DATA_DIR": str(work / "rl" / "rollouts"),
-                                       **rl_batch_knobs(int(sel["report"].get("kept") or 0), profile.rl_mini_batch),
-                                       **rl_checkpoint_knobs(profile),
-                                       **(PRETRAINED_RL_KNOBS if profile.student else {})})
+                evaluate_sft(" (evaluated while DAPO trains)")
+                exit_signals.check()
+                dapo = job.wait()
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
                 dapo = stopped_dapo(work / "rl", exc)
                 if dapo is None:
@@ -222,6 +235,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                     rl_stopped = (f"DAPO stopped after step {dapo.steps[-1]['step']:.0f} of {profile.rl_steps}: {exc} "
                                   f"(log {exc.log}); the RL policy is that step's checkpoint")
                     print(f"      {rl_stopped}", flush=True)
+            finally:
+                job.stop()  # a no-op after it ended; an interrupted quickstart ends its DAPO run too
             seconds["rl"] = time.monotonic() - t
         if dapo is not None:
             reward = dapo.curve("critic/score/mean")
