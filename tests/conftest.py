@@ -170,3 +170,23 @@ def run_afm_sft(args: list[str], env: dict[str, str] | None = None, timeout: int
     exe = shutil.which("afm-sft", path=full_env["PATH"])
     cmd = [exe] if exe else [sys.executable, "-m", "afm.sft.cli"]
     return subprocess.run([*cmd, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO)
+
+
+def tiny_qwen2_lm():
+    """A random 2-layer Qwen2 causal LM (vocabulary 97, 32 wide, grouped key/value heads) for loss-equality tests."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return Qwen2ForCausalLM(cfg)
+
+
+def tiny_gemma3_lm():
+    """A random 2-layer Gemma 3 causal LM: soft-capped logits (an element-wise op after the head) and a sliding
+    window of 8 on its local layers."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                           final_logit_softcapping=5.0, sliding_window=8)
+    return Gemma3ForCausalLM(cfg)

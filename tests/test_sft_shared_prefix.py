@@ -6,28 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_gemma3_lm, tiny_qwen2_lm
 
 from afm.sft.shared_prefix import SharedPrefixError, prefix_length, shared_prefix, unsupported_reason
 from afm.sft.trained_logits import trained_positions
 
-PREFIX = 11  # longer than gemma3's sliding window below: the window's cache is cut inside the prefix
-
-
-def _qwen2():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return Qwen2ForCausalLM(cfg)
-
-
-def _gemma3():
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    cfg = Gemma3TextConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-                           final_logit_softcapping=5.0, sliding_window=8)
-    return Gemma3ForCausalLM(cfg)
+PREFIX = 11  # longer than tiny_gemma3_lm's sliding window (8): the window's cache is cut inside the prefix
 
 
 def _batch(seed: int = 0, rows: int = 3):
@@ -78,7 +62,7 @@ def test_the_prefix_is_the_untrained_start_every_row_shares():
     assert "position_ids" in prefix_length({**_batch(), "position_ids": torch.arange(24)[None]}, min_len=4)[1]
 
 
-@pytest.mark.parametrize("build", [_qwen2, _gemma3], ids=["qwen2", "gemma3"])
+@pytest.mark.parametrize("build", [tiny_qwen2_lm, tiny_gemma3_lm], ids=["qwen2", "gemma3"])
 @pytest.mark.parametrize("num_items", [None, 29], ids=["mean", "num_items_in_batch"])
 @pytest.mark.parametrize("trained_only", [False, True], ids=["all_logits", "trained_logits_only"])
 def test_the_loss_and_gradient_are_the_stock_ones(build, num_items, trained_only):
@@ -98,7 +82,7 @@ def test_the_loss_and_gradient_are_the_stock_ones(build, num_items, trained_only
 
 
 def test_the_logits_past_the_prefix_are_the_stock_ones():
-    model = _qwen2().float().eval()
+    model = tiny_qwen2_lm().float().eval()
     batch = _batch(1)
     with torch.no_grad():
         full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -110,7 +94,7 @@ def test_the_logits_past_the_prefix_are_the_stock_ones():
 
 
 def test_gradient_checkpointing_and_sharded_trainers_are_refused_with_the_fix():
-    model = _qwen2().float().train()
+    model = tiny_qwen2_lm().float().train()
     model.gradient_checkpointing_enable()
     with pytest.raises(SharedPrefixError, match="disable_gradient_checkpointing: true"), shared_prefix(model, PREFIX):
         pass

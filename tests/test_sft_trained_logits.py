@@ -6,26 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_gemma3_lm, tiny_qwen2_lm
 
 from afm.sft.trained_logits import TrainedLogitsError, trained_positions, unsupported_reason
-
-
-def _qwen2():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    return Qwen2ForCausalLM(cfg)
-
-
-def _gemma3():
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    # soft-capped logits: an element-wise op after the head, which must see the selected rows as it saw all
-    cfg = Gemma3TextConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-                           final_logit_softcapping=5.0, sliding_window=8)
-    return Gemma3ForCausalLM(cfg)
 
 
 def _batch(seed: int = 0):
@@ -51,7 +34,7 @@ def _loss_and_grads(model, batch, selected: bool, **kwargs):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("build", [_qwen2, _gemma3], ids=["qwen2", "gemma3"])
+@pytest.mark.parametrize("build", [tiny_qwen2_lm, tiny_gemma3_lm], ids=["qwen2", "gemma3"])
 @pytest.mark.parametrize("num_items", [None, 37], ids=["mean", "num_items_in_batch"])
 def test_the_loss_and_gradient_are_the_stock_ones(build, num_items):
     torch.manual_seed(0)
@@ -71,7 +54,7 @@ def test_the_loss_and_gradient_are_the_stock_ones(build, num_items):
 
 
 def test_the_selected_logits_are_the_rows_of_the_trained_positions():
-    model = _qwen2().float().eval()
+    model = tiny_qwen2_lm().float().eval()
     batch = _batch(1)
     with torch.no_grad():
         full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -83,7 +66,7 @@ def test_the_selected_logits_are_the_rows_of_the_trained_positions():
 
 
 def test_a_model_that_slices_before_its_head_is_refused_with_the_fix():
-    model = _qwen2().float().train()
+    model = tiny_qwen2_lm().float().train()
     batch = _batch()
     with pytest.raises(TrainedLogitsError, match="set trained_logits_only: false"), \
             trained_positions(model, batch["labels"]):

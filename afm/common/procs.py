@@ -3,6 +3,7 @@ quickstart)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -36,6 +37,21 @@ def stop_pid(pid: int, grace_s: float = 30.0) -> None:
             return
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End ``proc``, started with ``start_new_session=True``, and everything in its process group: SIGTERM, SIGKILL
+    after ``grace_s``; nothing when it has ended."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None,

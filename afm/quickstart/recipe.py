@@ -230,19 +230,9 @@ class SftJob:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """End the run and whatever it started (its process group: TERM, then KILL after ``grace_s``)."""
-        if self.proc.poll() is not None:
-            return
-        import contextlib
-        import signal
+        from afm.common.procs import stop_group
 
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_group(self.proc, grace_s)
 
 
 def start_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0,

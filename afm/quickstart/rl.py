@@ -8,10 +8,8 @@ would, then reads the step metrics from the console log and the final Hugging Fa
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from afm.common.procs import stop_group
 from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,15 +225,7 @@ class DapoJob:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """End the run (TERM to the launch's process group, KILL after ``grace_s``) and its Ray processes."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc, grace_s)
         self._close()
 
     def _close(self) -> None:

@@ -96,6 +96,8 @@ def shared_prefix(model: torch.nn.Module, prefix: int) -> Iterator[None]:
         raise SharedPrefixError("share_prefix: gradient checkpointing is on (a checkpointed layer runs again in the "
                                 "backward pass and would extend the shared cache twice); set "
                                 "disable_gradient_checkpointing: true or share_prefix: false")
+    from afm.sft.trained_logits import instance_attr
+
     decoder = _decoder(model)
     stock = model.forward  # an instance's own forward (accelerate's autocast wrapper) included
 
@@ -115,13 +117,5 @@ def shared_prefix(model: torch.nn.Module, prefix: int) -> Iterator[None]:
                      labels=None if labels is None else labels[:, prefix:], past_key_values=cache, use_cache=False,
                      **kwargs)
 
-    had = "forward" in vars(model)
-    previous = vars(model).get("forward")
-    model.forward = forward
-    try:
+    with instance_attr(model, "forward", forward):
         yield
-    finally:
-        if had:
-            model.forward = previous
-        else:
-            del model.forward

@@ -106,6 +106,22 @@ def head_of(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @contextlib.contextmanager
+def instance_attr(obj: Any, name: str, value: Any) -> Iterator[None]:
+    """Inside: ``obj.name`` is ``value`` on the instance; after, the instance's own value again, or none (its
+    class's)."""
+    had = name in vars(obj)
+    previous = vars(obj).get(name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(obj, name, previous)
+        else:
+            delattr(obj, name)
+
+
+@contextlib.contextmanager
 def trained_positions(model: torch.nn.Module, labels: torch.Tensor) -> Iterator[None]:
     """Inside: ``model``'s forward passes with these (unshifted) ``labels`` take logits and loss only where the next
     token is trained."""
@@ -113,17 +129,11 @@ def trained_positions(model: torch.nn.Module, labels: torch.Tensor) -> Iterator[
     head_of(model)
     keep = labels[:, 1:] != IGNORE_INDEX
     _SEL.keep, _SEL.targets, _SEL.head_calls = keep, labels[:, 1:][keep], 0
-    had = "_loss_function" in vars(model)
-    previous = vars(model).get("_loss_function")
-    model._loss_function = trained_loss
     try:
-        yield
+        with instance_attr(model, "_loss_function", trained_loss):
+            yield
     finally:
         _SEL.keep = _SEL.targets = None
-        if had:
-            model._loss_function = previous
-        else:
-            del model._loss_function
 
 
 def unsupported_reason(trainer: Any) -> str | None:
