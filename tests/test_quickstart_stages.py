@@ -348,8 +348,8 @@ def test_a_background_dapo_job_is_stopped_with_everything_it_started(tmp_path):
 
 
 def test_a_background_sft_run_is_stopped_with_everything_it_started(tmp_path):
-    """SFT starts before the untrained student's evaluation (afm.quickstart.recipe.SftJob): a quickstart stopped
-    during that evaluation ends the SFT run's process group; a failed run raises with its log's tail."""
+    """The quickstart's SFT run (afm.quickstart.recipe.SftJob, what train_sft waits for): a quickstart stopped during
+    it ends the run's process group; a failed run raises with its log's tail."""
     import subprocess
     import time
 

@@ -88,8 +88,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         select_rl_data,
         sft_config,
         start_rl,
-        start_sft,
         train_questions,
+        train_sft,
     )
     from afm.quickstart.rl import GroupsFiltered, rl_precision, rl_threads, rollout_engine, stopped_dapo
     from afm.quickstart.servers import DemoServers, seed_site_port
@@ -123,7 +123,6 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         print("[2/7] distillation: the multi-agent teacher (planner, tool agents, reflector, verifier, answerer) "
               "solves the train split with the real tools; afm data filter; afm data convert", flush=True)
         t = time.monotonic()
-        preload = _preload_model_code()
         questions = train_questions(root, train, work / "distill" / "questions.jsonl") if more else None
         distilled = distill_sft_data(root, servers, work / "distill", seed=seed, questions=questions,
                                      shortcut_rate=SHORTCUT_RATE if profile.teacher_shortcut else 0.0)
@@ -131,7 +130,6 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         data = distilled["data"]
         print(f"      kept {distilled['filter_report'].get('records_out')} SFT samples -> {data}", flush=True)
 
-        preload.join()
         model = build_or_find(work / "student", data, profile.student, profile.student_size(), seed=seed)
         template = lf_template(model)
         engine = choose_engine(profile.student)
@@ -141,24 +139,21 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         exit_signals.check()
         print(f"[3/7] the untrained student ({student_name(profile)}, {model}) on held-out questions (afm eval run, "
               f"real tools; engine {engine.name}: {engine.why})", flush=True)
-        # SFT starts now: its first seconds (imports, tokenizing the set) take one core, the evaluation the other
-        t_sft = time.monotonic()
-        sft_job = start_sft(model, data, work / "sft", schedule, seed, template)
-        try:
-            t = time.monotonic()
-            runs["untrained"] = work / "eval" / "untrained"
-            with serving(engine, model, work / "engine" / "untrained") as backend:
-                print("      " + _fmt(evaluate(model, root, servers, runs["untrained"], limit=profile.untrained_limit,
-                                               backend=backend)), flush=True)
-            seconds["eval_untrained"] = time.monotonic() - t
+        # Not beside SFT's start: two processes of two OpenMP threads each on two cores made the evaluation 2.3 ->
+        # 20 s and SFT slower (RESULTS.md, twenty-seventh session)
+        t = time.monotonic()
+        runs["untrained"] = work / "eval" / "untrained"
+        with serving(engine, model, work / "engine" / "untrained") as backend:
+            print("      " + _fmt(evaluate(model, root, servers, runs["untrained"], limit=profile.untrained_limit,
+                                           backend=backend)), flush=True)
+        seconds["eval_untrained"] = time.monotonic() - t
 
-            exit_signals.check()
-            print("[4/7] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked; below, the masking "
-                  "report of its preprocessing)", flush=True)
-            sft = sft_job.wait()
-        finally:
-            sft_job.stop()  # a no-op after it ended; an interrupted quickstart ends its SFT run too
-        seconds["sft"] = time.monotonic() - t_sft
+        exit_signals.check()
+        print("[4/7] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked; below, the masking report "
+              "of its preprocessing)", flush=True)
+        t = time.monotonic()
+        sft = train_sft(model, data, work / "sft", schedule, seed, template)
+        seconds["sft"] = time.monotonic() - t
         print(masking_report(sft, work / "sft.log", work / "mask_report.json"), flush=True)
         curve = losses(sft)
         print(ascii_curve(curve), flush=True)
@@ -299,24 +294,6 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         print(f"Every trajectory (the SFT set, each evaluation, the RL rollouts), in one page for any browser: {view}",
               flush=True)
     return summary
-
-
-def _preload_model_code() -> Any:
-    """Import torch and transformers' model code in a background thread, while the distillation (in its own
-    process) runs: the student's build then starts at once instead of after ~5 s of one core's imports. Whatever
-    fails here fails again, with its message, where the recipe imports it."""
-    import threading
-
-    def work() -> None:
-        try:
-            import torch  # noqa: F401
-            from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM  # noqa: F401
-        except Exception:  # the recipe's own import says what is wrong
-            pass
-
-    thread = threading.Thread(target=work, name="afm-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def _turn_end(model: Path, run_dir: Path) -> dict[str, Any]:
