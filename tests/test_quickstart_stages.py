@@ -345,36 +345,3 @@ def test_a_background_dapo_job_is_stopped_with_everything_it_started(tmp_path):
         failed.wait()
     assert "bad config" in str(err.value) and not failed.ray_tmp.exists()
     assert os.path.exists(tmp_path / "dapo.log")
-
-
-def test_a_background_sft_run_is_stopped_with_everything_it_started(tmp_path):
-    """The quickstart's SFT run (afm.quickstart.recipe.SftJob, what train_sft waits for): a quickstart stopped during
-    it ends the run's process group; a failed run raises with its log's tail."""
-    import subprocess
-    import time
-
-    from afm.quickstart.recipe import SftJob
-
-    log = tmp_path / "sft.log"
-    with log.open("w") as f:
-        proc = subprocess.Popen(["bash", "-c", "sleep 300 & echo child $!; wait"], stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    job = SftJob(proc, tmp_path / "sft", log)
-    deadline = time.monotonic() + 30
-    while "child" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    child = int(log.read_text().split()[1])
-    job.stop(grace_s=5)
-    assert proc.returncode is not None
-    for _ in range(100):
-        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"the SFT run's child {child} survived stop()")
-    with log.open("w") as f:
-        failed = SftJob(subprocess.Popen(["bash", "-c", "echo 'ValueError: no dataset'; exit 2"], stdout=f,
-                                         stderr=subprocess.STDOUT), tmp_path / "sft", log)
-    with pytest.raises(RuntimeError, match="exit 2") as err:
-        failed.wait()
-    assert "no dataset" in str(err.value)

@@ -213,50 +213,20 @@ def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, se
     }
 
 
-class SftJob:
-    """``afm-sft train`` started in the background (:func:`start_sft`): :meth:`wait` for the trained folder, or
-    :meth:`stop` it."""
-
-    def __init__(self, proc: subprocess.Popen, out: Path, log: Path) -> None:
-        self.proc, self.out, self.log = proc, out, log
-
-    def wait(self) -> Path:
-        """Block until the run ends; the trained folder, or RuntimeError with the log's tail."""
-        code = self.proc.wait()
-        if code != 0:
-            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
-            raise RuntimeError(f"afm-sft train failed (exit {code}); log {self.log}:\n{tail}")
-        return self.out
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        """End the run and whatever it started (its process group: TERM, then KILL after ``grace_s``)."""
-        from afm.common.procs import stop_group
-
-        stop_group(self.proc, grace_s)
-
-
-def start_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0,
-              template: str = "qwen") -> SftJob:
-    """Start masked SFT through ``afm-sft train`` (a real LLaMA-Factory run) in its own process group; returns at
-    once (:class:`SftJob`). Its log is ``out``'s sibling ``<name>.log``."""
+def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0,
+              template: str = "qwen") -> Path:
+    """Masked SFT through ``afm-sft train`` (a real LLaMA-Factory run); returns ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg = out.parent / f"{out.name}.yaml"
     cfg.write_text(yaml.safe_dump(sft_config(model, data_dir, out, schedule, seed, template)))
     log = out.parent / f"{out.name}.log"
     with log.open("w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "afm.sft.cli", "train", str(cfg)], stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    return SftJob(proc, out, log)
-
-
-def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0,
-              template: str = "qwen") -> Path:
-    """Masked SFT through ``afm-sft train`` (a real LLaMA-Factory run); returns ``out`` (stopped if interrupted)."""
-    job = start_sft(model, data_dir, out, schedule, seed, template)
-    try:
-        return job.wait()
-    finally:
-        job.stop()
+        proc = subprocess.run([sys.executable, "-m", "afm.sft.cli", "train", str(cfg)], stdout=f,
+                              stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"afm-sft train failed (exit {proc.returncode}); log {log}:\n{tail}")
+    return out
 
 
 def hf_backend(model: Path) -> list[str]:
