@@ -7,7 +7,9 @@ with ``true`` (what the quickstart sets). ``--compare sorting``: A runs each 16-
 length-sorted micro-batches of 8 (what the quickstart sets, ``sort_micro_batches``); both draw their steps with the
 same sampler, so they train the same rows step by step. ``--compare ranks``: A is one process on both cores, B two
 torchrun ranks of one thread each (gloo), the same steps split between them. ``--compare precision``: A float32, B
-bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design).
+bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design); ``--compare attention``: A bf16, B
+bf16 with the attention kernel in float32 (``attention_fp32``); ``--compare mixed``: A float32, B bf16 with float32
+attention.
 ``--compare openmp``: A libgomp's default spin at a barrier, B a short one (``GOMP_SPINCOUNT=3000``);
 ``--compare logits``: A takes the head's logits at every position, B only where the next token is trained
 (``trained_logits_only``, what the quickstart sets). ``--compare prefix``: A computes every row's copy of the
@@ -41,6 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 ENV = "env"  # a variant's environment variables (not a yaml key)
+# float32 throughout (the quickstart's SFT before cpu_bf16)
+FP32 = {"bf16": False, "use_cpu": False, "attention_fp32": False}
 # each comparison's A and B: the yaml keys that differ from the quickstart's own config
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "checkpointing": {"checkpointing": {"disable_gradient_checkpointing": False},
@@ -57,7 +61,13 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
                           "sort_micro_batches": True,
                           ENV: {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1"}}},
     # float32 (the quickstart's) against bf16 autocast with float32 weights (HF Trainer's --bf16 on the CPU)
-    "precision": {"fp32": {"bf16": False}, "bf16": {"bf16": True}},
+    "precision": {"fp32": FP32, "bf16": {"bf16": True, "use_cpu": True, "attention_fp32": False}},
+    # bf16 autocast with the attention kernel in bf16 against in float32 (attention_fp32)
+    "attention": {"bf16": {"bf16": True, "use_cpu": True, "attention_fp32": False},
+                  "bf16 + fp32 attention": {"bf16": True, "use_cpu": True, "attention_fp32": True}},
+    # float32 against bf16 autocast with the attention in float32
+    "mixed": {"fp32": FP32, "bf16 + fp32 attention": {"bf16": True, "use_cpu": True,
+                                                                  "attention_fp32": True}},
     # libgomp's default wait at a barrier (spin ~300k times, ~3 ms, then sleep) against a short spin
     # (GOMP_SPINCOUNT=3000) or none (OMP_WAIT_POLICY=PASSIVE: what scripts/test.sh sets); with --busy N beside, as on
     # a shared machine

@@ -106,7 +106,8 @@ def test_the_student_and_dapo_take_the_profiles_values():
     assert p.student_size() == ModelSize(vocab_size=profile.STUDENT_VOCAB, hidden_size=96, intermediate_size=288,
                                          num_layers=3, num_heads=profile.STUDENT_HEADS, num_kv_heads=2)
     assert profile.FULL.student_size().num_layers == profile.FULL.student_layers != profile.DEFAULT.student_layers
-    assert p.sft_schedule() == profile.SftSchedule(p.sft_epochs, p.sft_batch_size, p.sft_lr)
+    assert p.sft_schedule() == profile.SftSchedule(p.sft_epochs, p.sft_batch_size, p.sft_lr,
+                                                   precision=profile.sft_precision("auto", "")[0])
     assert "LR" not in profile.RL_KNOBS  # train_rl takes the profile's rl_lr
 
 

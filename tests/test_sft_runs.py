@@ -100,11 +100,13 @@ def _weights(model_dir) -> dict:
 def test_sorted_micro_batches_train_the_same_step_with_less_padding(tiny_model, demo_data, tmp_path):
     """sort_micro_batches: one step of 8 rows as one batch and as two sorted micro-batches of 4 (gradient
     accumulation) trains the same rows to the same weights; the log says what the sorting saved. With share_prefix
-    (and trained_logits_only) on top, each micro-batch's common prefix runs once: the same weights again."""
+    (and trained_logits_only) on top, each micro-batch's common prefix runs once: the same weights again. In bf16
+    on the CPU with attention_fp32 too: Adam's first step moves each weight by ~lr along its gradient's sign, so
+    nearly every weight moves as in float32."""
     weights, logs = {}, {}
-    runs = {"one": (8, 1, {}), "two": (4, 2, {}),
-            "shared": (4, 2, {"share_prefix": True, "trained_logits_only": True,
-                              "disable_gradient_checkpointing": True})}
+    shared = {"share_prefix": True, "trained_logits_only": True, "disable_gradient_checkpointing": True}
+    runs = {"one": (8, 1, {}), "two": (4, 2, {}), "shared": (4, 2, shared),
+            "bf16": (4, 2, {**shared, "bf16": True, "use_cpu": True, "attention_fp32": True})}
     for name, (micro, accum, extra) in runs.items():
         cfg, out = _train(tmp_path, name, model=tiny_model, data=demo_data, per_device_train_batch_size=micro,
                           gradient_accumulation_steps=accum, max_steps=1, sort_micro_batches=True, **extra)
@@ -120,6 +122,9 @@ def test_sorted_micro_batches_train_the_same_step_with_less_padding(tiny_model, 
         assert torch_allclose(weights["two"][key], tensor, atol=2e-6), key
         assert torch_allclose(weights["shared"][key], tensor, atol=2e-6), key
     assert any(not torch_allclose(untrained[k], t, atol=1e-5) for k, t in weights["one"].items())
+    assert "[afm] attention_fp32: the attention kernel runs on float32" in logs["bf16"]
+    same = sum(int(((weights["bf16"][k].float() - t).abs() <= 1e-6).sum()) for k, t in weights["one"].items())
+    assert same / sum(t.numel() for t in weights["one"].values()) > 0.95
     cfg, _ = _train(tmp_path, "refused", model=tiny_model, data=demo_data, stage="dpo", dataset="afm_demo_dpo",
                     sort_micro_batches=True)
     proc = run_afm_sft(["train", str(cfg)])
@@ -131,6 +136,9 @@ def test_sorted_micro_batches_train_the_same_step_with_less_padding(tiny_model, 
     cfg, _ = _train(tmp_path, "refused_prefix", model=tiny_model, data=demo_data, share_prefix=True)
     proc = run_afm_sft(["train", str(cfg)])  # LLaMA-Factory's default: gradient checkpointing on
     assert proc.returncode != 0 and "share_prefix needs disable_gradient_checkpointing: true" in proc.stderr
+    cfg, _ = _train(tmp_path, "refused_fp32", model=tiny_model, data=demo_data, attention_fp32=True)
+    proc = run_afm_sft(["train", str(cfg)])
+    assert proc.returncode != 0 and "attention_fp32 changes nothing without mixed precision" in proc.stderr
 
 
 def torch_allclose(a, b, atol: float) -> bool:

@@ -30,6 +30,33 @@ TEACHER_MISTAKE_RATE = 0.15
 TEACHER_MISS_RATE = 0.3
 
 
+SFT_PRECISIONS = ("fp32", "cpu_bf16")
+
+
+def sft_precision(choice: str, student: str, *, native_bf16: bool | None = None,
+                  cuda: bool | None = None) -> tuple[str, str]:
+    """The SFT run's precision (an :attr:`SftSchedule.precision`) for a profile's ``sft_precision``, and why.
+    ``auto``: ``cpu_bf16`` for the tiny student on a CPU-only machine whose CPU multiplies bfloat16 natively, float32
+    otherwise (a pretrained student's quickstart results were measured in float32; a GPU's SFT is LLaMA-Factory's
+    own choice to make)."""
+    if choice in SFT_PRECISIONS:
+        return choice, "the profile's sft_precision"
+    if choice != "auto":
+        raise ValueError(f"sft_precision {choice!r}: auto or one of {', '.join(SFT_PRECISIONS)}")
+    if student:
+        return "fp32", "a pretrained student: its quickstart results were measured in float32"
+    import torch
+
+    if torch.cuda.is_available() if cuda is None else cuda:
+        return "fp32", "a GPU is visible: the CPU's bf16 setting does not apply"
+    from afm.quickstart.rl import cpu_bf16
+
+    if cpu_bf16() if native_bf16 is None else native_bf16:
+        return "cpu_bf16", ("this CPU computes bfloat16 natively: bf16 matrix products, float32 weights and attention "
+                            "(1.10-1.17x the steps/s)")
+    return "fp32", "this CPU has no native bfloat16 (no AVX512-BF16/AMX): float32 is faster"
+
+
 @dataclass(frozen=True)
 class SftSchedule:
     """The masked SFT run (LLaMA-Factory); epochs, batch size and learning rate come from a :class:`Profile`."""
@@ -47,6 +74,10 @@ class SftSchedule:
     # "full": every weight; "freeze": every decoder layer, the (tied) embedding frozen (LLaMA-Factory's freeze
     # fine-tuning over all layers): for a pretrained student whose 262k-entry embedding is most of its weights
     finetuning_type: str = "full"
+    # "fp32": float32 throughout; "cpu_bf16": on the CPU, bf16 autocast over float32 weights with the attention kernel
+    # in float32 (LLaMA-Factory's bf16 + use_cpu, afm's attention_fp32): 1.10-1.17x the tiny student's steps/s on a
+    # CPU with native bf16 (bench_quickstart_sft.py --compare mixed, RESULTS.md twenty-eighth session)
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         if self.micro_batches < 1 or self.batch_size % self.micro_batches:
@@ -54,6 +85,8 @@ class SftSchedule:
                              "equal micro-batches")
         if self.finetuning_type not in ("full", "freeze"):
             raise ValueError(f"finetuning_type {self.finetuning_type!r}: 'full' or 'freeze'")
+        if self.precision not in SFT_PRECISIONS:
+            raise ValueError(f"SFT precision {self.precision!r}: one of {', '.join(SFT_PRECISIONS)}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +148,7 @@ class Profile:
     # (gemma3-270m) or a Hugging Face folder; "" = the tiny one (afm.quickstart.student)
     student: str = ""
     sft_finetuning: str = "full"  # SftSchedule.finetuning_type
+    sft_precision: str = "auto"  # SftSchedule.precision, or auto (sft_precision())
     sft_cutoff_len: int = 768  # tokens of a training row (a pretrained student's vocabulary: PRETRAINED_SETTINGS)
 
     def student_size(self) -> ModelSize:
@@ -134,7 +168,8 @@ class Profile:
     def sft_schedule(self) -> SftSchedule:
         """The masked SFT run's schedule (epochs, batch size, learning rate)."""
         return SftSchedule(epochs=self.sft_epochs, batch_size=self.sft_batch_size, learning_rate=self.sft_lr,
-                           cutoff_len=self.sft_cutoff_len, finetuning_type=self.sft_finetuning)
+                           cutoff_len=self.sft_cutoff_len, finetuning_type=self.sft_finetuning,
+                           precision=sft_precision(self.sft_precision, self.student)[0])
 
 
 DEFAULT = Profile()

@@ -205,12 +205,21 @@ def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, se
         "warmup_ratio": 0.05, "num_train_epochs": schedule.epochs, "logging_steps": 5, "save_strategy": "no",
         "report_to": "none", "plot_loss": True, "overwrite_cache": True, "preprocessing_num_workers": 1,
         "output_dir": str(out), "overwrite_output_dir": True, "ignore_observation": True,
-        "ignore_observation_token": "observation", "seed": seed, "bf16": False, "fp16": False,
+        "ignore_observation_token": "observation", "seed": seed, "fp16": False, **_precision(schedule.precision),
         # LLaMA-Factory checkpoints activations unless told not to, for memory this student does not need; off, the
         # losses are the same step by step and the step time the same within noise (1.01x, bench_quickstart_sft.py,
         # RESULTS.md 2026-11-27 ninth session)
         "disable_gradient_checkpointing": True,
     }
+
+
+def _precision(precision: str) -> dict[str, Any]:
+    """The LLaMA-Factory settings of an :attr:`SftSchedule.precision`."""
+    if precision == "cpu_bf16":
+        # bf16 autocast over float32 weights on the CPU; the attention kernel stays float32, where PyTorch's CPU flash
+        # attention is faster than its bf16 one for narrow heads (afm.sft.float32_attention)
+        return {"bf16": True, "use_cpu": True, "attention_fp32": True}
+    return {"bf16": False}
 
 
 def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, seed: int = 0,

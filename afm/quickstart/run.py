@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, Profile
+from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, Profile, sft_precision
 
 
 def masking_report(sft_dir: Path, log: Path, out: Path) -> str:
@@ -134,6 +134,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         template = lf_template(model)
         engine = choose_engine(profile.student)
         schedule = profile.sft_schedule()
+        sft_prec = sft_precision(profile.sft_precision, profile.student)
         sft_yaml = work / "sft.yaml"
         sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed, template)))
         exit_signals.check()
@@ -150,7 +151,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
 
         exit_signals.check()
         print("[4/7] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked; below, the masking report "
-              "of its preprocessing)", flush=True)
+              f"of its preprocessing); {sft_prec[0]}: {sft_prec[1]}", flush=True)
         t = time.monotonic()
         sft = train_sft(model, data, work / "sft", schedule, seed, template)
         seconds["sft"] = time.monotonic() - t
@@ -258,8 +259,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     summary["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
     summary["profile"] = asdict(profile)
     summary["sft_loss"] = curve
-    notes = [f"the student: {student_name(profile)} ({model}); SFT: {schedule.finetuning_type} fine-tuning, "
-             f"LLaMA-Factory template `{template}`; evaluations on `{engine.name}` ({engine.why})",
+    notes = [f"the student: {student_name(profile)} ({model}); SFT: {schedule.finetuning_type} fine-tuning "
+             f"in {schedule.precision} ({sft_prec[1]}), LLaMA-Factory template `{template}`; evaluations on `{engine.name}` ({engine.why})",
              *(f"{k}: {v:.0f} s" for k, v in seconds.items())]
     notes += [f"{stage}: after `</answer>`, `{probe['token']}` (the chat format's end of turn) is the most likely "
               f"next token in {probe['top']} of {probe['checked']} answered trajectories (median p "
@@ -269,7 +270,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     summary["models"] = {"untrained": str(model), "sft": str(sft)}
     summary["turn_end"] = turn_end
     summary["student"] = {"name": student_name(profile), "sft_template": template,
-                          "sft_finetuning": schedule.finetuning_type, "eval_engine": engine.name,
+                          "sft_finetuning": schedule.finetuning_type, "sft_precision": schedule.precision,
+                          "sft_precision_why": sft_prec[1], "eval_engine": engine.name,
                           "eval_engine_why": engine.why}
     if rollout[0]:
         summary["student"].update(rl_rollout=rollout[0], rl_rollout_why=rollout[1], rl_precision=precision[0],

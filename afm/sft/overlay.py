@@ -20,6 +20,8 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
    loss see only the positions whose next token is trained (:mod:`afm.sft.trained_logits`; the loss is unchanged).
    ``share_prefix: true`` (SFT): in the same wrapper, the prompt prefix every row of a micro-batch starts with runs
    once, its cache shared by the rows (:mod:`afm.sft.shared_prefix`; the loss is unchanged).
+   ``attention_fp32: true`` (SFT, with bf16/fp16): in the same wrapper, the attention kernel gets float32 inputs
+   while the matrix products around it stay in half precision (:mod:`afm.sft.float32_attention`; for CPUs).
 
 Every upstream name touched here is listed in :data:`afm.sft.compat.UPSTREAM` (tested one by one), and
 :func:`apply` first checks that the installed LLaMA-Factory is a supported release.
@@ -123,6 +125,15 @@ class AfmDataArguments(DataArguments):
             "descriptions, instruction) once, its key/value cache shared by the rows: the same loss and gradient, "
             "(rows-1)/rows of the prefix's compute saved. Needs disable_gradient_checkpointing: true "
             "(afm/sft/shared_prefix.py)."
+        },
+    )
+    attention_fp32: bool = field(
+        default=False,
+        metadata={
+            "help": "SFT under bf16/fp16 mixed precision: run the attention kernel on float32 queries, keys and "
+            "values while the matrix products around it stay in half precision. On a CPU with native bf16, "
+            "PyTorch's float32 flash attention is faster than its bf16 one for narrow heads; leave it off on a "
+            "GPU (afm/sft/float32_attention.py)."
         },
     )
     afm_overlay_fingerprint: str = field(default=OVERLAY_FINGERPRINT, init=False, repr=False)
@@ -497,6 +508,12 @@ def _patch_parser() -> None:
                 raise ValueError("share_prefix needs disable_gradient_checkpointing: true (a checkpointed layer runs "
                                  "its forward again in the backward pass and would extend the shared prefix's cache "
                                  "twice); set it, or remove share_prefix")
+        if getattr(data_args, "attention_fp32", False):
+            if stage != "sft":
+                raise ValueError(f"attention_fp32 is implemented for stage sft only, not {stage!r}; remove it")
+            if not (getattr(parsed[2], "bf16", False) or getattr(parsed[2], "fp16", False)):
+                raise ValueError("attention_fp32 changes nothing without mixed precision (the attention already runs "
+                                 "in float32): set bf16: true (on a CPU also use_cpu: true), or remove it")
         if getattr(data_args, "sort_micro_batches", False):
             if stage != "sft":
                 raise ValueError(f"sort_micro_batches is implemented for stage sft only, not {stage!r}; remove it")
@@ -514,6 +531,7 @@ def _patch_parser() -> None:
 _SORT_MICRO_BATCHES = {"on": False}
 _TRAINED_LOGITS = {"on": False}
 _SHARE_PREFIX = {"on": False}
+_FP32_ATTENTION = {"on": False}
 
 
 def _patch_sorted_micro_batches() -> None:
@@ -532,10 +550,12 @@ def _patch_sorted_micro_batches() -> None:
         _SORT_MICRO_BATCHES["on"] = bool(getattr(data_args, "sort_micro_batches", False))
         _TRAINED_LOGITS["on"] = bool(getattr(data_args, "trained_logits_only", False))
         _SHARE_PREFIX["on"] = bool(getattr(data_args, "share_prefix", False))
+        _FP32_ATTENTION["on"] = bool(getattr(data_args, "attention_fp32", False))
         try:
             return orig_run_sft(model_args, data_args, training_args, finetuning_args, *args, **kwargs)
         finally:
             _SORT_MICRO_BATCHES["on"] = _TRAINED_LOGITS["on"] = _SHARE_PREFIX["on"] = False
+            _FP32_ATTENTION["on"] = False
 
     trainer_cls = lf_sft_trainer.CustomSeq2SeqTrainer
     orig_sampler = trainer_cls._get_train_sampler
@@ -560,8 +580,10 @@ def _patch_sorted_micro_batches() -> None:
 
     @functools.wraps(orig_loss)
     def compute_loss(self, model, inputs, *args, **kwargs):
-        if not ((_TRAINED_LOGITS["on"] or _SHARE_PREFIX["on"]) and model.training and "labels" in inputs):
+        if not ((_TRAINED_LOGITS["on"] or _SHARE_PREFIX["on"] or _FP32_ATTENTION["on"]) and model.training
+                and "labels" in inputs):
             return orig_loss(self, model, inputs, *args, **kwargs)
+        from afm.sft.float32_attention import float32_attention
         from afm.sft.shared_prefix import shared_prefix
         from afm.sft.trained_logits import base_model, trained_positions
 
@@ -569,6 +591,12 @@ def _patch_sorted_micro_batches() -> None:
         labels = inputs["labels"][:, prefix:]  # what the model's head sees past a shared prefix
         with contextlib.ExitStack() as stack:
             stack.enter_context(shared_prefix(base_model(model), prefix))
+            if _FP32_ATTENTION["on"]:
+                stack.enter_context(float32_attention(base_model(model)))
+                if not getattr(self, "_afm_fp32_attention_said", False) and self.args.should_log:
+                    self._afm_fp32_attention_said = True
+                    print("[afm] attention_fp32: the attention kernel runs on float32 queries, keys and values; the "
+                          "matrix products around it in the trainer's mixed precision", flush=True)
             if _TRAINED_LOGITS["on"]:
                 _check_trained_logits(self, labels)
                 stack.enter_context(trained_positions(model, labels))

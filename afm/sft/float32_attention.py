@@ -1,0 +1,74 @@
+"""``attention_fp32``: under bf16/fp16 mixed precision, the attention kernel in float32.
+
+Mixed precision (``bf16: true``) runs a step's matrix products in bfloat16 over float32 weights; on a CPU that
+multiplies bfloat16 natively (AVX512-BF16, AMX) they take ~0.45x of float32's time. PyTorch's CPU flash-attention
+kernel is the exception: for narrow heads its bfloat16 forward and backward are slower than its float32 ones (the
+quickstart's student, 32-wide heads, 8 rows of ~400 tokens: 25.6 ms against 19.3 ms; benchmarks/RESULTS.md,
+twenty-eighth session). With this flag each attention call of a training step gets its queries, keys and values in
+float32 (autocast off around the kernel) and hands its output back in the dtype it was given, so the products around
+it stay bfloat16. The attention is then also computed as exactly as in a float32 run. Meant for CPUs; on a GPU,
+leave it off (its flash kernels are bfloat16's).
+
+Supported for ``sdpa`` (LLaMA-Factory's default on the CPU, ``flash_attn: auto`` or ``sdpa``); any other attention
+implementation is refused at the first step with what to set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+SUPPORTED = ("sdpa",)
+
+
+class Float32AttentionError(RuntimeError):
+    """The model's attention cannot run in float32 this way (the message says what to change)."""
+
+
+def implementation(model: torch.nn.Module) -> str:
+    """The attention implementation ``model`` (a transformers model) dispatches to."""
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_attn_implementation", None) or "eager")
+
+
+def in_float32(kernel: Callable[..., tuple[torch.Tensor, Any]]) -> Callable[..., tuple[torch.Tensor, Any]]:
+    """``kernel`` (a transformers attention function) run on float32 queries, keys and values with autocast off;
+    its output returned in the queries' dtype."""
+
+    def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+        dtype = query.dtype
+        # off even for float32 inputs (RoPE's float32 tables promote the rotated queries and keys): autocast would
+        # cast them to half precision inside the call. The device's autocast, whichever it is (a CPU run's is "cpu").
+        with torch.autocast(query.device.type, enabled=False):
+            out, weights = kernel(module, query.float(), key.float(), value.float(), attention_mask, *args, **kwargs)
+        return out.to(dtype), weights
+
+    attention.__wrapped__ = kernel  # type: ignore[attr-defined]
+    return attention
+
+
+@contextlib.contextmanager
+def float32_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Inside: the attention calls of ``model``'s forward passes run in float32 (see the module's text). The
+    backward pass needs nothing more: autograd recorded the float32 kernel in the forward."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    name = implementation(model)
+    if name not in SUPPORTED:
+        raise Float32AttentionError(f"attention_fp32 supports the {', '.join(SUPPORTED)} attention; this model "
+                                    f"runs {name!r}. Set flash_attn: sdpa, or attention_fp32: false")
+    local = ALL_ATTENTION_FUNCTIONS._local_mapping  # this process's overrides (the registry's own mechanism)
+    had, previous = name in local, local.get(name)
+    stock = ALL_ATTENTION_FUNCTIONS[name]
+    ALL_ATTENTION_FUNCTIONS[name] = in_float32(stock)
+    try:
+        yield
+    finally:
+        if had:
+            local[name] = previous
+        else:
+            local.pop(name, None)
