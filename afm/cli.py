@@ -117,6 +117,10 @@ def _quickstart_parser(sub: Any) -> None:
     q.add_argument("--sft-epochs", type=float, default=None, help=f"SFT epochs (default {d.sft_epochs:g})")
     q.add_argument("--sft-batch-size", type=int, default=None, help=f"SFT batch size (default {d.sft_batch_size})")
     q.add_argument("--sft-lr", type=float, default=None, help=f"SFT learning rate (default {_num(d.sft_lr)})")
+    q.add_argument("--sft-precision", choices=("fp32", "cpu_bf16", "auto"), default=None,
+                   help=f"SFT precision (default {d.sft_precision}): cpu_bf16 is bf16 products over float32 weights and "
+                        "attention on the CPU (1.18x the SFT's steps/s on a CPU with native bf16, a different SFT "
+                        "policy); auto picks it for the tiny student on such a CPU")
     q.add_argument("--student-layers", type=int, default=None,
                    help=f"layers of the tiny student (default {d.student_layers}, --full {FULL.student_layers})")
     q.add_argument("--student-width", type=int, default=None,
@@ -159,7 +163,7 @@ def _quickstart_profile(make: Any, args: argparse.Namespace) -> Any:
     """The quickstart's profile from its flags (``make``: :func:`afm.quickstart.profile.profile_from_args`)."""
     return make(args.full, train_per_family=args.train_per_family,
                 heldout_per_family=args.heldout_per_family, sft_epochs=args.sft_epochs,
-                sft_batch_size=args.sft_batch_size, sft_lr=args.sft_lr,
+                sft_batch_size=args.sft_batch_size, sft_lr=args.sft_lr, sft_precision=args.sft_precision,
                 student_layers=args.student_layers, student_kv_heads=args.student_kv_heads,
                 student_width=args.student_width,
                 rl_steps=args.rl_steps, rl_per_family=args.rl_per_family,

@@ -9,7 +9,7 @@ same sampler, so they train the same rows step by step. ``--compare ranks``: A i
 torchrun ranks of one thread each (gloo), the same steps split between them. ``--compare precision``: A float32, B
 bf16 autocast over float32 weights (a pretrained student on a CPU with native bf16; its losses differ by design); ``--compare attention``: A bf16, B
 bf16 with the attention kernel in float32 (``attention_fp32``); ``--compare mixed``: A float32, B bf16 with float32
-attention.
+attention; ``--compare chunks``: A the attention calls whole, B in three query chunks (``attention_chunks: 3``).
 ``--compare openmp``: A libgomp's default spin at a barrier, B a short one (``GOMP_SPINCOUNT=3000``);
 ``--compare logits``: A takes the head's logits at every position, B only where the next token is trained
 (``trained_logits_only``, what the quickstart sets). ``--compare prefix``: A computes every row's copy of the
@@ -66,6 +66,8 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "attention": {"bf16": {"bf16": True, "use_cpu": True, "attention_fp32": False},
                   "bf16 + fp32 attention": {"bf16": True, "use_cpu": True, "attention_fp32": True}},
     # float32 against bf16 autocast with the attention in float32
+    # the attention calls whole against in query chunks over the keys up to them (attention_chunks)
+    "chunks": {"whole": {"attention_chunks": 0}, "3 chunks": {"attention_chunks": 3}},
     "mixed": {"fp32": FP32, "bf16 + fp32 attention": {"bf16": True, "use_cpu": True,
                                                                   "attention_fp32": True}},
     # libgomp's default wait at a barrier (spin ~300k times, ~3 ms, then sleep) against a short spin

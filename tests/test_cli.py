@@ -228,9 +228,10 @@ def test_quickstart_flags_reach_the_profile(tmp_path, monkeypatch):
     assert (p.rl_per_family, p.rl_samples, p.rl_steps, p.rl_lr, seen["rl"]) == (40, 8, 16, 3e-5, True)
     assert p.train_per_family == DEFAULT.train_per_family and DEFAULT.rl_lr == 5e-5
     assert main(["quickstart", "--workdir", str(tmp_path), "--sft-lr", "3e-3", "--student-kv-heads", "2",
-                 "--student-width", "256", "--rl-mini-batch", "4"]) == 0
+                 "--student-width", "256", "--rl-mini-batch", "4", "--sft-precision", "cpu_bf16"]) == 0
     p = seen["p"]
     assert (p.sft_lr, p.student_kv_heads, p.student_width, p.student_layers) == (3e-3, 2, 256, 2)
+    assert (p.sft_precision, DEFAULT.sft_precision) == ("cpu_bf16", "fp32")
     assert DEFAULT.student_kv_heads == 4
     assert (p.rl_mini_batch, DEFAULT.rl_mini_batch) == (4, 1)
     # --full keeps the shape its figures were measured with

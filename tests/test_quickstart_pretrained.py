@@ -154,8 +154,7 @@ def test_the_recipe_runs_with_a_pretrained_student(tiny_gemma, tmp_path, capsys)
     assert f"[0/7] the pretrained student: {tiny_gemma}" in out and "[afm] observation masking" in out
     assert summary["student"] == {"name": str(tiny_gemma), "sft_template": "gemma", "sft_finetuning": "freeze",
                                   "sft_precision": "fp32",
-                                  "sft_precision_why": "a pretrained student: its quickstart results were measured "
-                                                       "in float32",
+                                  "sft_precision_why": "the profile's sft_precision",
                                   "eval_engine": "hf",
                                   "eval_engine_why": summary["student"]["eval_engine_why"]}
     assert "is a folder: llama.cpp serves a GGUF export" in summary["student"]["eval_engine_why"]

@@ -107,7 +107,7 @@ def test_the_student_and_dapo_take_the_profiles_values():
                                          num_layers=3, num_heads=profile.STUDENT_HEADS, num_kv_heads=2)
     assert profile.FULL.student_size().num_layers == profile.FULL.student_layers != profile.DEFAULT.student_layers
     assert p.sft_schedule() == profile.SftSchedule(p.sft_epochs, p.sft_batch_size, p.sft_lr,
-                                                   precision=profile.sft_precision("auto", "")[0])
+                                                   precision="fp32")
     assert "LR" not in profile.RL_KNOBS  # train_rl takes the profile's rl_lr
 
 
@@ -122,6 +122,7 @@ def test_the_sft_step_runs_as_sorted_micro_batches():
     assert cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] == profile.DEFAULT.sft_batch_size
     assert cfg["gradient_accumulation_steps"] == 2 and cfg["sort_micro_batches"] is True
     assert cfg["trained_logits_only"] is True  # the same loss, the head only where a token is trained
+    assert cfg["attention_chunks"] == 3 and cfg["share_prefix"] is True  # the same attention, computed in parts
     one = sft_config(Path("m"), Path("d"), Path("o"), profile.SftSchedule(1.0, 16, 1e-3, micro_batches=1))
     assert one["per_device_train_batch_size"] == 16 and one["sort_micro_batches"] is False
     with pytest.raises(ValueError, match="does not split"):

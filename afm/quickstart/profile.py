@@ -78,6 +78,10 @@ class SftSchedule:
     # in float32 (LLaMA-Factory's bf16 + use_cpu, afm's attention_fp32): 1.10-1.17x the tiny student's steps/s on a
     # CPU with native bf16 (bench_quickstart_sft.py --compare mixed, RESULTS.md twenty-eighth session)
     precision: str = "fp32"
+    # each attention call as this many query chunks over the keys up to them (afm.sft.causal_chunks): PyTorch's CPU
+    # flash kernel computes the masked upper triangle whenever a mask is given (padding, the shared prefix); the same
+    # attention, 1.05x the steps/s with 3 (bench_quickstart_sft.py --compare chunks, RESULTS.md twenty-eighth session)
+    attention_chunks: int = 3
 
     def __post_init__(self) -> None:
         if self.micro_batches < 1 or self.batch_size % self.micro_batches:
@@ -148,7 +152,10 @@ class Profile:
     # (gemma3-270m) or a Hugging Face folder; "" = the tiny one (afm.quickstart.student)
     student: str = ""
     sft_finetuning: str = "full"  # SftSchedule.finetuning_type
-    sft_precision: str = "auto"  # SftSchedule.precision, or auto (sft_precision())
+    # SftSchedule.precision, or auto (sft_precision()). float32: cpu_bf16 ran the SFT 1.18x faster (seeds 0 and 2 at
+    # 341 and 318 s with the RL lesson, +60 and +36), but seed 1's bf16 SFT policy kept the census route through DAPO
+    # (lookup +0, twice; +56 from its float32 policy) (RESULTS.md, twenty-eighth session)
+    sft_precision: str = "fp32"
     sft_cutoff_len: int = 768  # tokens of a training row (a pretrained student's vocabulary: PRETRAINED_SETTINGS)
 
     def student_size(self) -> ModelSize:

@@ -16,25 +16,17 @@ implementation is refused at the first step with what to set.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-SUPPORTED = ("sdpa",)
+from afm.sft.attention_override import AttentionOverrideError, Kernel, overridden_attention
+
+Float32AttentionError = AttentionOverrideError  # the model's attention cannot run in float32 this way
 
 
-class Float32AttentionError(RuntimeError):
-    """The model's attention cannot run in float32 this way (the message says what to change)."""
-
-
-def implementation(model: torch.nn.Module) -> str:
-    """The attention implementation ``model`` (a transformers model) dispatches to."""
-    config = getattr(model, "config", None)
-    return str(getattr(config, "_attn_implementation", None) or "eager")
-
-
-def in_float32(kernel: Callable[..., tuple[torch.Tensor, Any]]) -> Callable[..., tuple[torch.Tensor, Any]]:
+def in_float32(kernel: Kernel) -> Kernel:
     """``kernel`` (a transformers attention function) run on float32 queries, keys and values with autocast off;
     its output returned in the queries' dtype."""
 
@@ -53,22 +45,6 @@ def in_float32(kernel: Callable[..., tuple[torch.Tensor, Any]]) -> Callable[...,
 
 @contextlib.contextmanager
 def float32_attention(model: torch.nn.Module) -> Iterator[None]:
-    """Inside: the attention calls of ``model``'s forward passes run in float32 (see the module's text). The
-    backward pass needs nothing more: autograd recorded the float32 kernel in the forward."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    name = implementation(model)
-    if name not in SUPPORTED:
-        raise Float32AttentionError(f"attention_fp32 supports the {', '.join(SUPPORTED)} attention; this model "
-                                    f"runs {name!r}. Set flash_attn: sdpa, or attention_fp32: false")
-    local = ALL_ATTENTION_FUNCTIONS._local_mapping  # this process's overrides (the registry's own mechanism)
-    had, previous = name in local, local.get(name)
-    stock = ALL_ATTENTION_FUNCTIONS[name]
-    ALL_ATTENTION_FUNCTIONS[name] = in_float32(stock)
-    try:
+    """Inside: the attention calls of ``model``'s forward passes run in float32 (see the module's text)."""
+    with overridden_attention(model, in_float32, "attention_fp32"):
         yield
-    finally:
-        if had:
-            local[name] = previous
-        else:
-            local.pop(name, None)

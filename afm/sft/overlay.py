@@ -22,6 +22,8 @@ Importing this module changes nothing; :func:`apply` installs the patches (idemp
    once, its cache shared by the rows (:mod:`afm.sft.shared_prefix`; the loss is unchanged).
    ``attention_fp32: true`` (SFT, with bf16/fp16): in the same wrapper, the attention kernel gets float32 inputs
    while the matrix products around it stay in half precision (:mod:`afm.sft.float32_attention`; for CPUs).
+   ``attention_chunks: N`` (SFT): each causal attention call runs in N query chunks that leave out the keys after
+   them (:mod:`afm.sft.causal_chunks`; the same attention, for CPU kernels that compute the masked triangle).
 
 Every upstream name touched here is listed in :data:`afm.sft.compat.UPSTREAM` (tested one by one), and
 :func:`apply` first checks that the installed LLaMA-Factory is a supported release.
@@ -134,6 +136,15 @@ class AfmDataArguments(DataArguments):
             "values while the matrix products around it stay in half precision. On a CPU with native bf16, "
             "PyTorch's float32 flash attention is faster than its bf16 one for narrow heads; leave it off on a "
             "GPU (afm/sft/float32_attention.py)."
+        },
+    )
+    attention_chunks: int = field(
+        default=0,
+        metadata={
+            "help": "SFT: split each causal attention call's queries into this many chunks, each attending only "
+            "the keys up to its last query under its slice of the mask: the same attention with the masked upper "
+            "triangle left out, which PyTorch's CPU flash kernel computes whenever a mask is given. 0 or 1: off. "
+            "For CPUs (afm/sft/causal_chunks.py)."
         },
     )
     afm_overlay_fingerprint: str = field(default=OVERLAY_FINGERPRINT, init=False, repr=False)
@@ -514,6 +525,11 @@ def _patch_parser() -> None:
             if not (getattr(parsed[2], "bf16", False) or getattr(parsed[2], "fp16", False)):
                 raise ValueError("attention_fp32 changes nothing without mixed precision (the attention already runs "
                                  "in float32): set bf16: true (on a CPU also use_cpu: true), or remove it")
+        chunks = getattr(data_args, "attention_chunks", 0) or 0
+        if chunks < 0:
+            raise ValueError(f"attention_chunks is {chunks}: 0 (off) or a number of query chunks")
+        if chunks > 1 and stage != "sft":
+            raise ValueError(f"attention_chunks is implemented for stage sft only, not {stage!r}; remove it")
         if getattr(data_args, "sort_micro_batches", False):
             if stage != "sft":
                 raise ValueError(f"sort_micro_batches is implemented for stage sft only, not {stage!r}; remove it")
@@ -532,6 +548,7 @@ _SORT_MICRO_BATCHES = {"on": False}
 _TRAINED_LOGITS = {"on": False}
 _SHARE_PREFIX = {"on": False}
 _FP32_ATTENTION = {"on": False}
+_ATTENTION_CHUNKS = {"n": 0}
 
 
 def _patch_sorted_micro_batches() -> None:
@@ -551,11 +568,13 @@ def _patch_sorted_micro_batches() -> None:
         _TRAINED_LOGITS["on"] = bool(getattr(data_args, "trained_logits_only", False))
         _SHARE_PREFIX["on"] = bool(getattr(data_args, "share_prefix", False))
         _FP32_ATTENTION["on"] = bool(getattr(data_args, "attention_fp32", False))
+        _ATTENTION_CHUNKS["n"] = int(getattr(data_args, "attention_chunks", 0) or 0)
         try:
             return orig_run_sft(model_args, data_args, training_args, finetuning_args, *args, **kwargs)
         finally:
             _SORT_MICRO_BATCHES["on"] = _TRAINED_LOGITS["on"] = _SHARE_PREFIX["on"] = False
             _FP32_ATTENTION["on"] = False
+            _ATTENTION_CHUNKS["n"] = 0
 
     trainer_cls = lf_sft_trainer.CustomSeq2SeqTrainer
     orig_sampler = trainer_cls._get_train_sampler
@@ -580,10 +599,10 @@ def _patch_sorted_micro_batches() -> None:
 
     @functools.wraps(orig_loss)
     def compute_loss(self, model, inputs, *args, **kwargs):
-        if not ((_TRAINED_LOGITS["on"] or _SHARE_PREFIX["on"] or _FP32_ATTENTION["on"]) and model.training
+        attention = _FP32_ATTENTION["on"] or _ATTENTION_CHUNKS["n"] > 1
+        if not ((_TRAINED_LOGITS["on"] or _SHARE_PREFIX["on"] or attention) and model.training
                 and "labels" in inputs):
             return orig_loss(self, model, inputs, *args, **kwargs)
-        from afm.sft.float32_attention import float32_attention
         from afm.sft.shared_prefix import shared_prefix
         from afm.sft.trained_logits import base_model, trained_positions
 
@@ -591,12 +610,8 @@ def _patch_sorted_micro_batches() -> None:
         labels = inputs["labels"][:, prefix:]  # what the model's head sees past a shared prefix
         with contextlib.ExitStack() as stack:
             stack.enter_context(shared_prefix(base_model(model), prefix))
-            if _FP32_ATTENTION["on"]:
-                stack.enter_context(float32_attention(base_model(model)))
-                if not getattr(self, "_afm_fp32_attention_said", False) and self.args.should_log:
-                    self._afm_fp32_attention_said = True
-                    print("[afm] attention_fp32: the attention kernel runs on float32 queries, keys and values; the "
-                          "matrix products around it in the trainer's mixed precision", flush=True)
+            if attention:
+                stack.enter_context(_attention_calls(self, base_model(model)))
             if _TRAINED_LOGITS["on"]:
                 _check_trained_logits(self, labels)
                 stack.enter_context(trained_positions(model, labels))
@@ -606,6 +621,30 @@ def _patch_sorted_micro_batches() -> None:
     trainer_cls._get_train_sampler = _get_train_sampler
     trainer_cls.compute_loss = compute_loss
     lf_tuner._afm_sort_patched = True
+
+
+def _attention_calls(trainer: Any, model: Any) -> Any:
+    """attention_fp32 and attention_chunks: the step's attention calls through their wrappers (the float32 cast
+    outside, so a chunked call casts once); said once."""
+    from afm.sft.attention_override import overridden_attention
+    from afm.sft.causal_chunks import in_causal_chunks
+    from afm.sft.float32_attention import in_float32
+
+    fp32, chunks = _FP32_ATTENTION["on"], _ATTENTION_CHUNKS["n"]
+
+    def wrap(kernel: Any) -> Any:
+        kernel = in_causal_chunks(kernel, chunks) if chunks > 1 else kernel
+        return in_float32(kernel) if fp32 else kernel
+
+    if not getattr(trainer, "_afm_attention_said", False) and trainer.args.should_log:
+        trainer._afm_attention_said = True
+        if fp32:
+            print("[afm] attention_fp32: the attention kernel runs on float32 queries, keys and values; the matrix "
+                  "products around it in the trainer's mixed precision", flush=True)
+        if chunks > 1:
+            print(f"[afm] attention_chunks: each causal attention call runs as {chunks} query chunks over the keys "
+                  "up to them (the same attention)", flush=True)
+    return overridden_attention(model, wrap, "attention_fp32" if fp32 else "attention_chunks")
 
 
 def _check_trained_logits(trainer: Any, labels: Any) -> None:
