@@ -49,7 +49,7 @@ def sft_precision(choice: str, student: str, *, native_bf16: bool | None = None,
 
     if torch.cuda.is_available() if cuda is None else cuda:
         return "fp32", "a GPU is visible: the CPU's bf16 setting does not apply"
-    from afm.quickstart.rl import cpu_bf16
+    from afm.common.cpu_features import cpu_bf16
 
     if cpu_bf16() if native_bf16 is None else native_bf16:
         return "cpu_bf16", ("this CPU computes bfloat16 natively: bf16 matrix products, float32 weights and attention "

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from afm.common.cpu_features import cpu_bf16
 from afm.common.procs import stop_group
 from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 
@@ -100,15 +101,6 @@ def rollout_engine(student: str, env: Mapping[str, str] | None = None) -> tuple[
         return "hf", "the tiny student: afm's transformers rollout server, no engine to start"
     return "hf", ("afm's transformers rollout: verl's vLLM rollout (ROLLOUT_ENGINE=vllm) ran out of memory at its "
                   "first weight sync on a 24 GB machine")
-
-
-def cpu_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), where bf16 matmuls beat float32's."""
-    import torch
-
-    cpu = torch.cpu
-    return any(bool(getattr(cpu, name, lambda: False)()) for name in
-               ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
 
 
 def rl_precision(student: str, env: Mapping[str, str] | None = None, *, native_bf16: bool | None = None

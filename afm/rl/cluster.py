@@ -133,7 +133,7 @@ def dead_actor_line(log: str, gpus: int) -> str | None:
     verl was doing; None when no actor died."""
     found = list(_DIED.finditer(log))
     if not found:
-        return None
+        return _dead_worker_line(log, gpus)
     last = found[-1]
     block = last.group(1)
     info = dict(_FIELD.findall(block))
@@ -157,6 +157,35 @@ def dead_actor_line(log: str, gpus: int) -> str | None:
         why = (f"its process (pid {pid}) died: out of memory (dmesg on that node), killed (the scheduler?) or "
                "crashed (that node's Ray logs, session_latest/logs/*" + pid + "*)")
     return f"{who} on {where} died{doing}: {why}; the run stopped"
+
+
+_WORKER_DIED = re.compile(r"A worker died or was killed while executing a task by an unexpected system error\b.*?"
+                          r"Node ID: (\w+) Worker IP address: (\S+) Worker port: \d+ Worker PID: (\d+)")
+
+
+def _dead_worker_line(log: str, gpus: int) -> str | None:
+    """The line of :func:`dead_actor_line` from the raylet's report of a dead worker, for a run whose first error was
+    another rank's broken collective (its peer gone) rather than Ray's ``ActorDiedError``: the dead process's class
+    and torch rank come from its own output lines (``(WorkerDict pid=N)``, ``[rankR]:``)."""
+    found = list(_WORKER_DIED.finditer(log))
+    if not found:
+        return None
+    last = found[-1]
+    node, ip, pid = last.groups()
+    prefix = re.search(rf"\((\w+) pid={pid}(?:, ip=[^)]*)?\)", log)
+    cls = prefix.group(1) if prefix else ""
+    own = "\n".join(line for line in log.splitlines() if f" pid={pid}" in line and cls in line) if cls else ""
+    rank = re.search(r"\[[Rr]ank ?(\d+)\]", own)
+    if cls == "WorkerDict" and rank:
+        who = f"trainer rank {rank.group(1)} (verl's WorkerDict, pid {pid})"
+    else:
+        who = f"Ray actor {cls} (pid {pid})" if cls else f"a Ray worker (pid {pid})"
+    # what the trainer was doing: the driver's traceback after the report (verl/trainer frames)
+    frames = [f for f in _FRAME.findall(log[last.end():]) if f[0].startswith("verl/trainer/")]
+    doing = f" while verl ran {frames[-1][1]} ({frames[-1][0]})" if frames else ""
+    why = (f"its process (pid {pid}) died: out of memory (dmesg on that node), killed (the scheduler?) or crashed "
+           f"(that node's Ray logs, session_latest/logs/*{pid}*); the other ranks lost their peer")
+    return f"{who} on Ray node {node[:12]} ({ip}) died{doing}: {why}; the run stopped"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -410,7 +410,11 @@ def test_a_trainer_rank_killed_mid_step_stops_the_run_with_one_line(two_nodes):
     # the worker node holds rank 0 or 1 (verl orders its placement groups by node IP, the same for both nodes here);
     # with one GPU per node the rank is the placement group's index, WorkerDict_<group>:<local rank>
     named = re.search(r"trainer rank (\d) \(verl's WorkerDict \w*WorkerDict_(\d):0\)", errors[0])
-    assert named and named.group(1) == named.group(2), errors[0]
+    # or, when the surviving rank's broken collective reached the driver before Ray's ActorDiedError did (a race a
+    # busy machine loses now and then), from the raylet's report of the dead worker: its torch rank and pid
+    reported = re.search(r"trainer rank (\d) \(verl's WorkerDict, pid (\d+)\)", errors[0])
+    assert (named and named.group(1) == named.group(2)) or (reported and int(reported.group(2)) == died["victim"]), \
+        errors[0]
     assert f"on Ray node {worker_node[:12]}" in errors[0] and f"its process (pid {died['victim']}) died" in errors[0]
     assert "died while verl ran" in errors[0] and errors[0].endswith(f"the run stopped (log: {two_nodes['work']}"
                                                                       "/ckpt/train.log)")
