@@ -181,6 +181,22 @@ def tiny_qwen2_lm():
     return Qwen2ForCausalLM(cfg)
 
 
+def prefix_rows(seed: int, width: int, prefix: int, pad_from: int) -> dict[str, Any]:
+    """Three right-padded rows of tiny_*_lm ids that share their first ``prefix`` tokens (untrained, with the one
+    after), the last row padded from ``pad_from``: a training micro-batch for the attention and prefix tests."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 97, (3, width), generator=g)
+    ids[:, :prefix] = ids[0, :prefix]
+    attention = torch.ones_like(ids)
+    attention[2, pad_from:] = 0
+    labels = ids.clone()
+    labels[:, :prefix + 1] = -100
+    labels[attention == 0] = -100
+    return {"input_ids": ids, "attention_mask": attention, "labels": labels}
+
+
 def tiny_gemma3_lm():
     """A random 2-layer Gemma 3 causal LM: soft-capped logits (an element-wise op after the head) and a sliding
     window of 8 on its local layers."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_gemma3_lm, tiny_qwen2_lm
+from conftest import prefix_rows, tiny_gemma3_lm, tiny_qwen2_lm
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from afm.sft import causal_chunks as cc
@@ -106,15 +106,7 @@ def test_a_model_trains_to_the_same_gradient_with_a_shared_prefix_and_float32_at
     monkeypatch.setattr(cc, "MIN_QUERIES", 4)
     torch.manual_seed(0)
     model = build().float().train()
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(1, 97, (3, 24), generator=g)
-    ids[:, :10] = ids[0, :10]
-    attention = torch.ones_like(ids)
-    attention[2, 17:] = 0
-    labels = ids.clone()
-    labels[:, :11] = -100
-    labels[attention == 0] = -100
-    batch = {"input_ids": ids, "attention_mask": attention, "labels": labels}
+    batch = prefix_rows(1, width=24, prefix=10, pad_from=17)
 
     def grads(prefix: int, chunks: int):
         model.zero_grad()

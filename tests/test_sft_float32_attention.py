@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_qwen2_lm
+from conftest import prefix_rows, tiny_qwen2_lm
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from afm.sft.float32_attention import Float32AttentionError, float32_attention, in_float32
@@ -15,15 +15,7 @@ from afm.sft.shared_prefix import shared_prefix
 
 
 def _batch(seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, 97, (3, 20), generator=g)
-    ids[:, :9] = ids[0, :9]
-    attention = torch.ones_like(ids)
-    attention[2, 15:] = 0
-    labels = ids.clone()
-    labels[:, :10] = -100
-    labels[attention == 0] = -100
-    return {"input_ids": ids, "attention_mask": attention, "labels": labels}
+    return prefix_rows(seed, width=20, prefix=9, pad_from=15)
 
 
 @pytest.fixture
