@@ -142,6 +142,10 @@ def test_sorted_micro_batches_train_the_same_step_with_less_padding(tiny_model, 
     cfg, _ = _train(tmp_path, "refused_fp32", model=tiny_model, data=demo_data, attention_fp32=True)
     proc = run_afm_sft(["train", str(cfg)])
     assert proc.returncode != 0 and "attention_fp32 changes nothing without mixed precision" in proc.stderr
+    cfg, _ = _train(tmp_path, "refused_fp32_ckpt", model=tiny_model, data=demo_data, attention_fp32=True, bf16=True,
+                    use_cpu=True)
+    proc = run_afm_sft(["train", str(cfg)])  # LLaMA-Factory's default: gradient checkpointing on
+    assert proc.returncode != 0 and "attention_fp32 needs disable_gradient_checkpointing: true" in proc.stderr
 
 
 def torch_allclose(a, b, atol: float) -> bool:

@@ -525,6 +525,10 @@ def _patch_parser() -> None:
             if not (getattr(parsed[2], "bf16", False) or getattr(parsed[2], "fp16", False)):
                 raise ValueError("attention_fp32 changes nothing without mixed precision (the attention already runs "
                                  "in float32): set bf16: true (on a CPU also use_cpu: true), or remove it")
+            if not getattr(parsed[0], "disable_gradient_checkpointing", False):
+                raise ValueError("attention_fp32 needs disable_gradient_checkpointing: true (a checkpointed layer "
+                                 "recomputes its forward in the backward pass, outside the step's float32 attention, "
+                                 "with other dtypes); set it, or remove attention_fp32")
         chunks = getattr(data_args, "attention_chunks", 0) or 0
         if chunks < 0:
             raise ValueError(f"attention_chunks is {chunks}: 0 (off) or a number of query chunks")
