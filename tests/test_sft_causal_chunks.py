@@ -141,6 +141,6 @@ def test_a_model_trains_to_the_same_gradient_with_a_shared_prefix_and_float32_at
 def test_another_attention_implementation_is_refused_with_the_fix():
     model = tiny_qwen2_lm().float()
     model.config._attn_implementation = "eager"
-    with pytest.raises(AttentionOverrideError, match="attention_chunks supports the sdpa attention.*flash_attn: "
-                                                     "sdpa"), cc.causal_chunks(model, 3):
+    with pytest.raises(AttentionOverrideError, match=r"attention_chunks supports the sdpa attention.*flash_attn: "
+                                                     r"sdpa"), cc.causal_chunks(model, 3):
         pass

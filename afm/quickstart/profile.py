@@ -53,7 +53,7 @@ def sft_precision(choice: str, student: str, *, native_bf16: bool | None = None,
 
     if cpu_bf16() if native_bf16 is None else native_bf16:
         return "cpu_bf16", ("this CPU computes bfloat16 natively: bf16 matrix products, float32 weights and attention "
-                            "(1.10-1.17x the steps/s)")
+                            "(1.18x the steps/s)")
     return "fp32", "this CPU has no native bfloat16 (no AVX512-BF16/AMX): float32 is faster"
 
 
@@ -75,7 +75,7 @@ class SftSchedule:
     # fine-tuning over all layers): for a pretrained student whose 262k-entry embedding is most of its weights
     finetuning_type: str = "full"
     # "fp32": float32 throughout; "cpu_bf16": on the CPU, bf16 autocast over float32 weights with the attention kernel
-    # in float32 (LLaMA-Factory's bf16 + use_cpu, afm's attention_fp32): 1.10-1.17x the tiny student's steps/s on a
+    # in float32 (LLaMA-Factory's bf16 + use_cpu, afm's attention_fp32): 1.18x the tiny student's steps/s on a
     # CPU with native bf16 (bench_quickstart_sft.py --compare mixed, RESULTS.md twenty-eighth session)
     precision: str = "fp32"
     # each attention call as this many query chunks over the keys up to them (afm.sft.causal_chunks): PyTorch's CPU

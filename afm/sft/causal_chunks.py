@@ -18,6 +18,7 @@ not a 4D boolean one (transformers' ``sdpa`` masks are) run whole.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +33,7 @@ def bounds(queries: int, chunks: int) -> list[tuple[int, int]]:
     """``chunks`` (at most ``queries``) consecutive query ranges of near-equal size covering ``[0, queries)``."""
     n = max(1, min(chunks, queries))
     cuts = [round(queries * i / n) for i in range(n + 1)]
-    return list(zip(cuts, cuts[1:], strict=False))
+    return list(itertools.pairwise(cuts))
 
 
 def causal_mask(rows: range, keys: int, offset: int, device: torch.device) -> torch.Tensor:
