@@ -224,24 +224,82 @@ tools:
 """
 
 
-def _wiki_servers(cluster: Cluster, work: Path) -> list[ServerProcess]:
-    """afm's wiki server (BM25 over the demo corpus) on each node's SERVER_HOST, the same port."""
+def _wiki_servers(cluster: Cluster, work: Path, ports: list[int]) -> list[ServerProcess]:
+    """afm's wiki server (BM25 over the demo corpus) on each node's SERVER_HOST, at the given ports."""
     from afm.servers.demo_data import write_demo_corpora
 
     corpus = write_demo_corpora(work / "corpora", "http://demo.invalid").wiki
     servers = []
-    for i, host in enumerate(SERVER_HOSTS):
-        srv = ServerProcess(["-m", "afm.servers.wiki_server", "--host", host, "--port", str(cluster.wiki_port),
+    for i, (host, port) in enumerate(zip(SERVER_HOSTS, ports, strict=True)):
+        srv = ServerProcess(["-m", "afm.servers.wiki_server", "--host", host, "--port", str(port),
                              "--corpus", str(corpus), "--index-dir", str(work / f"wiki-index{i}")],
-                            cluster.wiki_port, health=None, log_path=work / f"wiki{i}.log",
+                            port, health=None, log_path=work / f"wiki{i}.log",
                             env={"AFM_METRICS_DB": str(work / f"wiki{i}.sqlite"), "AFM_SERVER_TOKEN": ""})
         servers.append(srv.start())
-        wait_http(f"http://{host}:{cluster.wiki_port}/health", 120, srv.proc)
+        wait_http(f"http://{host}:{port}/health", 120, srv.proc)
     return servers
 
 
 def _requests(host: str, port: int) -> int:
     return int(httpx.get(f"http://{host}:{port}/metrics", timeout=10).json().get("requests", 0))
+
+
+class _StepGate:
+    """An HTTP relay in front of a wiki server that holds the first tool call made once ``marker`` reads ``step``
+    (verl writes its checkpoint marker before the next step's rollouts begin, so that call belongs to the next step)
+    until :meth:`release`. The test then kills a trainer rank while that rollout is in flight: a state the run is
+    held in, not a moment a poll must catch (step 3's rollouts took under 1.5 s on an idle machine and finished
+    between two polls: CI failed five tests on 2026-12-01)."""
+
+    def __init__(self, host: str, port: int, backend: str, marker: Path, step: str) -> None:
+        import http.server
+        import threading
+
+        self.backend, self.marker, self.step = backend, marker, step
+        self.held = threading.Event()  # a next-step call arrived and is being held
+        self._open = threading.Event()
+        gate = self
+
+        class Relay(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # the test's output stays the run's
+                pass
+
+            def _relay(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command == "POST" and not gate._open.is_set() and gate._next_step():
+                    gate.held.set()
+                    gate._open.wait(timeout=600)  # bounded: a test that never releases must not hang a worker
+                reply = httpx.request(self.command, gate.backend + self.path, content=body, timeout=60,
+                                      headers={k: v for k, v in self.headers.items()
+                                               if k.lower() in ("content-type", "authorization")})
+                self.send_response(reply.status_code)
+                self.send_header("Content-Type", reply.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(reply.content)))
+                self.end_headers()
+                self.wfile.write(reply.content)
+
+            do_GET = do_POST = _relay
+
+        self.server = http.server.ThreadingHTTPServer((host, port), Relay)
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _next_step(self) -> bool:
+        try:
+            return self.marker.read_text().strip() == self.step
+        except OSError:
+            return False
+
+    def release(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def _resume_and_kill_mid_step(cluster: Cluster, work: Path, log: Path) -> dict:
@@ -251,8 +309,11 @@ def _resume_and_kill_mid_step(cluster: Cluster, work: Path, log: Path) -> dict:
     killed (SIGKILL, as the OOM killer does). One launch checks the resume and the death (each launch of two nodes
     is ~2 minutes of the suite)."""
     (work / "wiki_tools.yaml").write_text(WIKI_TOOLS)
-    servers = _wiki_servers(cluster, work)
     marker = work / "ckpt" / "latest_checkpointed_iteration.txt"
+    # the worker node's server sits behind a gate at its SERVER_HOST:WIKI_RAG_PORT that holds step 3's first call
+    backend = _port()
+    servers = _wiki_servers(cluster, work, [cluster.wiki_port, backend])
+    gate = _StepGate(SERVER_HOSTS[1], cluster.wiki_port, f"http://{SERVER_HOSTS[1]}:{backend}", marker, "2")
     out: dict = {"log": log}
     try:
         env = _train_env(cluster, work, 3)
@@ -262,34 +323,31 @@ def _resume_and_kill_mid_step(cluster: Cluster, work: Path, log: Path) -> dict:
                                     stderr=subprocess.STDOUT, start_new_session=True)
         try:
             # A bound for a hung run, not a race with the machine's load: beside 4 busy loops the resumed run took
-            # over 600 s to reach step 3 (the old bound), and the kill then landed in step 2 and failed three tests
-            # with misleading messages. Past the bound the run is stopped and the fixture says so.
+            # over 600 s to reach step 3. Past the bound the run is stopped and the fixture says so.
             deadline = time.monotonic() + RESUME_BOUND_S
-            base = None  # the worker's requests once step 2's checkpoint is complete
-            reached = False
-            while proc.poll() is None and time.monotonic() < deadline:
-                if base is None and marker.exists() and marker.read_text().strip() == "2":
-                    base = _requests(SERVER_HOSTS[1], cluster.wiki_port)
-                elif base is not None and _requests(SERVER_HOSTS[1], cluster.wiki_port) > base:
-                    reached = True
-                    break
-                time.sleep(0.2)
+            while proc.poll() is None and time.monotonic() < deadline and not gate.held.wait(0.5):
+                pass
+            reached = gate.held.is_set()
             if not reached:
                 out["not_reached"] = (f"the resumed run {'exited' if proc.poll() is not None else 'was still running'} "
                                       f"before a step-3 rollout on the worker node called its tool server "
-                                      f"(bound {RESUME_BOUND_S} s; step-2 checkpoint {'done' if base is not None else 'not done'})")
-            out["served"] = [_requests(host, cluster.wiki_port) for host in SERVER_HOSTS]
+                                      f"(bound {RESUME_BOUND_S} s; step-2 checkpoint "
+                                      f"{'done' if gate._next_step() else 'not done'})")
             out["agent_on_worker"] = cluster.actor(1, "AgentLoopWorker") is not None
             out["victim"] = victim = cluster.actor(1, "WorkerDict") if reached else None
             if victim is not None and proc.poll() is None:
                 os.kill(victim, signal.SIGKILL)
+            gate.release()  # the held call is answered; its rollout's trainer rank is gone
             if reached:
                 out["code"] = proc.wait(timeout=300)  # within seconds; a hang fails the fixture here
+            out["served"] = [_requests(host, port)
+                             for host, port in zip(SERVER_HOSTS, [cluster.wiki_port, backend], strict=True)]
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     finally:
+        gate.close()
         for srv in servers:
             srv.stop()
     return out
