@@ -120,6 +120,33 @@ def test_cost_accounting_matches_the_standin(llm, tmp_path):
     assert s["status"] == {"ok": 3} and s["double_check_scores"] == {"4": 3}
 
 
+def test_shards_split_the_questions_and_join_to_one_run(llm, tmp_path):
+    """--shard K/N: N invocations side by side, each with its own output, take every question once (K, K+N, ...,
+    after --limit); their outputs together are the unsharded run's."""
+    llm.reset()
+    llm.rules(*DIRECT)
+    questions = write_questions(tmp_path / "q.jsonl", 7)
+    outs = [tmp_path / f"runs.{k}.jsonl" for k in range(3)]
+    procs = [subprocess.Popen(cli(llm, questions, out, "--shard", f"{k}/3", "--limit", "6"), cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for k, out in enumerate(outs)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+    taken = [[json.loads(ln)["question_id"] for ln in lines(out)] for out in outs]
+    assert [sorted(t) for t in taken] == [["q0", "q3"], ["q1", "q4"], ["q2", "q5"]]
+    whole = tmp_path / "runs.jsonl"
+    assert subprocess.run(cli(llm, questions, whole, "--limit", "6"), cwd=REPO, capture_output=True).returncode == 0
+
+    def strip(value):  # the same runs but for how long each call took
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("latency_s", "wall_s")}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    sharded = sorted((strip(json.loads(ln)) for out in outs for ln in lines(out)), key=lambda r: r["run_id"])
+    assert sharded == sorted((strip(json.loads(ln)) for ln in lines(whole)), key=lambda r: r["run_id"])
+
+
 def test_bad_cli_input(tmp_path, capsys):
     assert distill.main(["--input", str(tmp_path / "none.jsonl"), "--output", str(tmp_path / "o.jsonl")]) == 2
     q = write_questions(tmp_path / "q.jsonl", 1)
@@ -128,6 +155,9 @@ def test_bad_cli_input(tmp_path, capsys):
     assert "not part of prompt 'web_agent'" in capsys.readouterr().err
     assert distill.main(["--input", str(q), "--output", str(tmp_path / "o.jsonl"), "--q-key", "text"]) == 2
     assert "use --q-key" in capsys.readouterr().err
+    for bad in ("2/2", "1", "a/b", "0/0"):
+        assert distill.main(["--input", str(q), "--output", str(tmp_path / "o.jsonl"), "--shard", bad]) == 2
+        assert f"--shard {bad!r}" in capsys.readouterr().err
 
 
 def _limit_file_size() -> None:

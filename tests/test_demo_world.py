@@ -202,10 +202,15 @@ def test_distillation_through_the_real_teacher_servers_and_sandbox(tmp_path):
 
     world, root = make_world(tmp_path, seed=1, per_family={"train": 8, "rl": 2, "heldout": 2})
     with DemoServers(tmp_path / "servers", world=world) as servers:
-        clean = distill_sft_data(root, servers, tmp_path / "clean", mistake_rate=0.0, miss_rate=0.0)
+        clean = distill_sft_data(root, servers, tmp_path / "clean", mistake_rate=0.0, miss_rate=0.0, shards=2)
         noisy = distill_sft_data(root, servers, tmp_path / "noisy", mistake_rate=1.0, miss_rate=0.5)
+        one = distill_sft_data(root, servers, tmp_path / "one", mistake_rate=0.0, miss_rate=0.0, shards=1)
     runs = [json.loads(line) for line in clean["runs"].read_text().splitlines()]
     assert len(runs) == 32
+    # two `afm data distill --shard K/2` processes took half the questions each; together, the one process's SFT set
+    assert [len((tmp_path / "clean" / f"runs.{k}.jsonl").read_text().splitlines()) for k in (0, 1)] == [16, 16]
+    assert not (tmp_path / "one" / "runs.0.jsonl").exists()
+    assert (clean["data"] / f"{SFT_DATASET}.json").read_text() == (one["data"] / f"{SFT_DATASET}.json").read_text()
     # the SFT set follows the question file, whatever order the concurrent teacher runs finished in
     order = [json.loads(line)["id"] for line in (root / "world" / "train.jsonl").read_text().splitlines()]
     kept_ids = [json.loads(line)["question_id"] for line in clean["kept"].read_text().splitlines()]
@@ -309,3 +314,9 @@ def test_servers_can_keep_the_site_where_a_student_learned_it(tmp_path):
     assert servers.site == f"http://127.0.0.1:{port}" and servers.ports["site"] == port
     urls = [json.loads(line)["url"] for line in (tmp_path / "corpora" / "world_search.jsonl").read_text().splitlines()]
     assert urls and all(u.startswith(f"http://127.0.0.1:{port}/town-") for u in urls)
+
+
+def test_distillation_runs_one_client_a_core_up_to_two():
+    from afm.quickstart.recipe import distill_shards
+
+    assert [distill_shards(n) for n in (1, 2, 16)] == [1, 2, 2]

@@ -11,6 +11,8 @@ lock left by a killed run is taken over).
 
     afm data distill --input questions.jsonl --output runs.jsonl --config configs/data/teacher.yaml \\
         --tools-config configs/tools/code_executor.yaml --runs-per-question 2 --concurrency 16
+    # one of 4 nodes (or processes): questions 1, 5, 9, ...; then cat runs.*.jsonl > runs.jsonl
+    afm data distill --input questions.jsonl --output runs.1.jsonl --shard 1/4 ...
 """
 
 from __future__ import annotations
@@ -68,7 +70,21 @@ def load_tasks(args: argparse.Namespace) -> list[TeacherTask]:
         ))
     if args.limit is not None:
         tasks = tasks[: args.limit]
+    if getattr(args, "shard", None):
+        index, count = parse_shard(args.shard)
+        tasks = tasks[index::count]
     return tasks
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``--shard K/N`` -> (K, N): this invocation takes questions K, K+N, K+2N, ... (0-based, after ``--limit``)."""
+    try:
+        index, count = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {value!r}: expected K/N, e.g. 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"--shard {value!r}: K must be in 0..N-1 and N >= 1")
+    return index, count
 
 
 def build_tools(names: set[str], configs: list[str]) -> dict[str, Tool]:
@@ -208,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-per-question", type=int, default=1)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="only questions K, K+N, K+2N, ... (0-based; after --limit): N invocations, each with its own "
+                        "--output, split the questions between them (nodes, or processes of one machine); "
+                        "concatenate their outputs")
     p.add_argument("--q-key", default="question")
     p.add_argument("--a-key", default="answer", help="gold answer field ('' = none)")
     p.add_argument("--id-key", default="id", help="question id field (missing = row index)")
@@ -234,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs_per_question < 1 or args.concurrency < 1:
         print("afm data distill: --runs-per-question and --concurrency must be >= 1", file=sys.stderr)
         return 2
+    if args.shard is not None:
+        try:
+            parse_shard(args.shard)
+        except ValueError as exc:
+            print(f"afm data distill: {exc}", file=sys.stderr)
+            return 2
     lock = writer_lock(args.output, argv)
     if (refused := take_or_say(lock)) is not None:  # another run writes the output: before any call is made
         return refused

@@ -96,7 +96,7 @@ def train_questions(world_root: Path, counts: dict[str, int], out: Path) -> Path
 def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: int = 0,
                      mistake_rate: float = TEACHER_MISTAKE_RATE, miss_rate: float = TEACHER_MISS_RATE,
                      shortcut_rate: float = 0.0, questions: Path | None = None,
-                     concurrency: int = 4) -> dict[str, Any]:
+                     concurrency: int = 4, shards: int | None = None) -> dict[str, Any]:
     """Teacher runs on the train split (or ``questions``, e.g. :func:`train_questions`) -> filtered runs ->
     LLaMA-Factory dataset ``afm_world_sft`` in ``work/sft_data`` (``shortcut_rate``: the teacher's lookup shortcut,
     :mod:`afm.quickstart.world`). Returns the paths and the filter report.
@@ -105,7 +105,10 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
     this one: in one process the client's event loop and the teacher's handler threads took turns on one
     interpreter lock, and the client is the stage's bottleneck (2000 questions: 39 s in-process, 26 s as its own
     process). ``concurrency`` 4: each call answers in ~1 ms, so more questions at once only add work to the
-    client's connection pool (16: 39 s, 32: 53 s; benchmarks/RESULTS.md, twenty-third session)."""
+    client's connection pool (16: 39 s, 32: 53 s; benchmarks/RESULTS.md, twenty-third session). ``shards``
+    (default :func:`distill_shards`): that many ``afm data distill --shard K/N`` processes side by side, each
+    with its own run log, joined into ``runs.jsonl``; the teacher draws every choice from a hash of the question,
+    so the runs are the same whatever the split."""
     from afm.data.convert import main as convert
     from afm.data.filters import main as filter_runs
     from afm.quickstart.teacher import TeacherModel
@@ -116,16 +119,30 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
     (work / "tools.yaml").write_text(yaml.safe_dump(world_tools(servers)))
     runs, kept = work / "runs.jsonl", work / "kept.jsonl"
     questions = questions or world_root / "world" / "train.jsonl"
+    shards = max(1, shards if shards is not None else distill_shards())
+    outputs = [runs] if shards == 1 else [work / f"runs.{k}.jsonl" for k in range(shards)]
     with TeacherModel(seed=seed, mistake_rate=mistake_rate, miss_rate=miss_rate,
                       shortcut_rate=shortcut_rate) as teacher:
         # the teacher config reads its endpoint from TEACHER_BASE_URL (TEACHER_CONFIG)
-        rc = subprocess.run([sys.executable, "-m", "afm.data.distill", "--input", str(questions), "--output",
-                             str(runs), "--config", str(work / "teacher.yaml"), "--tools-config",
-                             str(work / "tools.yaml"), "--concurrency", str(concurrency), "--no-progress"],
-                            env={**os.environ, "TEACHER_BASE_URL": teacher.base_url}).returncode
-    stop_if_interrupted(rc)
-    if rc != 0:
-        raise RuntimeError(f"afm data distill failed (exit {rc})")
+        procs = [subprocess.Popen([sys.executable, "-m", "afm.data.distill", "--input", str(questions), "--output",
+                                   str(out), "--config", str(work / "teacher.yaml"), "--tools-config",
+                                   str(work / "tools.yaml"), "--concurrency", str(concurrency), "--no-progress",
+                                   *(["--shard", f"{k}/{shards}"] if shards > 1 else [])],
+                                  env={**os.environ, "TEACHER_BASE_URL": teacher.base_url})
+                 for k, out in enumerate(outputs)]
+        try:
+            codes = [proc.wait() for proc in procs]
+        finally:  # an interrupted quickstart (or one failed shard's exception) leaves no shard running
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
+    for rc in codes:
+        stop_if_interrupted(rc)
+    if any(codes):
+        raise RuntimeError(f"afm data distill failed (exit {max(codes)}; the shards' exits {codes})")
+    if shards > 1:  # the shards' run logs as one (the kept set is put in question order below)
+        runs.write_text("".join(out.read_text() for out in outputs))
     rc = filter_runs(["--input", str(runs), "--output", str(kept), "--min-tool-calls", "1",
                       "--qa-scorer", "data-source", "--upsample-corrected", "2", "--quiet"])
     if rc != 0:
@@ -137,6 +154,12 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
         raise RuntimeError(f"afm data convert failed (exit {rc})")
     report = json.loads(kept.with_suffix(".report.json").read_text())
     return {"runs": runs, "kept": kept, "data": data, "filter_report": report}
+
+
+def distill_shards(cpus: int | None = None) -> int:
+    """The distillation's client processes: one a core, at most 2. One client keeps ~0.8 of a core busy and the
+    servers and teacher ~0.5 more; a second fills the other core (benchmarks/RESULTS.md, twenty-ninth session)."""
+    return max(1, min(2, cpus if cpus is not None else len(os.sched_getaffinity(0))))
 
 
 def _in_question_order(kept: Path, questions: Path) -> None:
