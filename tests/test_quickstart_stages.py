@@ -345,3 +345,34 @@ def test_a_background_dapo_job_is_stopped_with_everything_it_started(tmp_path):
         failed.wait()
     assert "bad config" in str(err.value) and not failed.ray_tmp.exists()
     assert os.path.exists(tmp_path / "dapo.log")
+
+
+def test_the_last_steps_policy_is_found_before_the_dapo_run_exits(tmp_path):
+    """DapoJob.final_policy: the quickstart evaluates the last step's checkpoint while verl and Ray shut down. It
+    returns once verl's marker names that step (the Hugging Face weights are written before it), and None for a run
+    that ended without it (a stopped run: its own newest checkpoint is evaluated after wait())."""
+    import subprocess
+
+    from afm.common.ray_scope import private_ray_tmpdir
+    from afm.quickstart.rl import DapoJob
+
+    ckpt = tmp_path / "checkpoints"
+    # a launch that checkpoints step 1, then step 2 (weights, then the marker), then stays up a while (its shutdown)
+    script = (f"mkdir -p {ckpt}/global_step_1/actor/huggingface {ckpt}/global_step_2/actor/huggingface; "
+              f"echo '{{}}' > {ckpt}/global_step_1/actor/huggingface/config.json; echo 1 > {ckpt}/latest_checkpointed_iteration.txt; "
+              f"sleep 0.5; echo '{{}}' > {ckpt}/global_step_2/actor/huggingface/config.json; "
+              f"echo 2 > {ckpt}/latest_checkpointed_iteration.txt; sleep 300")
+    log = tmp_path / "dapo.log"
+    out = log.open("w")
+    proc = subprocess.Popen(["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    job = DapoJob(proc, log, tmp_path, private_ray_tmpdir(), out)
+    try:
+        assert job.final_policy(2, poll_s=0.05) == ckpt / "global_step_2" / "actor" / "huggingface"
+        assert proc.poll() is None  # found while the run still shuts down
+    finally:
+        job.stop(grace_s=5)
+    out = log.open("w")
+    ended = DapoJob(subprocess.Popen(["bash", "-c", "exit 0"], stdout=out, start_new_session=True), log, tmp_path,
+                    private_ray_tmpdir(), out)
+    assert ended.final_policy(3, poll_s=0.05) is None  # the marker says 2: the run ended before step 3's checkpoint
+    ended.stop()

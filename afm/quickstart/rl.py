@@ -215,6 +215,25 @@ class DapoJob:
         return DapoRun(model=latest_hf_checkpoint(self.work / "checkpoints"), steps=parse_steps(text), log=self.log,
                        seconds=time.monotonic() - self.t0)
 
+    def final_policy(self, steps: int, poll_s: float = 0.2) -> Path | None:
+        """Block until the run has checkpointed step ``steps`` (verl writes ``latest_checkpointed_iteration.txt``
+        after the step's Hugging Face weights) or has ended; that step's policy, or None when it ended without it.
+        The policy can be evaluated while verl and Ray shut down (~6 s on 2 cores); :meth:`wait` still says how
+        the run ended."""
+        marker = self.work / "checkpoints" / "latest_checkpointed_iteration.txt"
+        while True:
+            done = self.proc.poll() is not None
+            try:
+                reached = marker.read_text().strip() == str(steps)
+            except OSError:
+                reached = False
+            if reached:
+                hf = self.work / "checkpoints" / f"global_step_{steps}" / "actor" / "huggingface"
+                return hf if (hf / "config.json").exists() else None
+            if done:
+                return None
+            time.sleep(poll_s)
+
     def stop(self, grace_s: float = 10.0) -> None:
         """End the run (TERM to the launch's process group, KILL after ``grace_s``) and its Ray processes."""
         stop_group(self.proc, grace_s)

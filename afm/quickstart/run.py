@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, Profile, sft_precision
+from afm.quickstart.profile import DEFAULT, PRETRAINED_RL_KNOBS, RL_KNOBS, Profile, sft_precision, sft_ranks
 
 
 def masking_report(sft_dir: Path, log: Path, out: Path) -> str:
@@ -135,6 +135,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         engine = choose_engine(profile.student)
         schedule = profile.sft_schedule()
         sft_prec = sft_precision(profile.sft_precision, profile.student)
+        chosen = sft_ranks(profile.sft_ranks, profile.student)
+        ranks_why = chosen[1] if chosen[0] == schedule.ranks else f"a batch of {schedule.batch_size}: one process"
         sft_yaml = work / "sft.yaml"
         sft_yaml.write_text(yaml.safe_dump(sft_config(model, data, work / "sft", schedule, seed, template)))
         exit_signals.check()
@@ -151,7 +153,7 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
 
         exit_signals.check()
         print("[4/7] masked SFT (afm-sft train: LLaMA-Factory, observation tokens masked; below, the masking report "
-              f"of its preprocessing); {sft_prec[0]}: {sft_prec[1]}", flush=True)
+              f"of its preprocessing); {sft_prec[0]}: {sft_prec[1]}; {schedule.ranks} rank(s): {ranks_why}", flush=True)
         t = time.monotonic()
         sft = train_sft(model, data, work / "sft", schedule, seed, template)
         seconds["sft"] = time.monotonic() - t
@@ -171,7 +173,17 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
         if not rl:
             evaluate_sft()
 
+        def evaluate_rl(policy: Path) -> tuple[Path, str]:
+            t = time.monotonic()
+            runs["rl"] = work / "eval" / "rl"
+            with serving(engine, policy, work / "engine" / "rl") as backend:
+                acc = _fmt(evaluate(policy, root, servers, runs["rl"], backend=backend))
+            turn_end["rl"] = _turn_end(policy, runs["rl"], echo=False)  # printed with the accuracy, after the curve
+            seconds["eval_rl"] = time.monotonic() - t
+            return policy, acc
+
         dapo, rl_skipped, rl_stopped = None, "", ""
+        rl_eval: tuple[Path, str] | None = None
         rollout = precision = threads = ("", "")
         if rl:
             meant = f" The RL set is the {target} questions: RL is meant to fix them: {target_why}" if target else ""
@@ -228,6 +240,11 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
             try:
                 evaluate_sft(" (evaluated while DAPO trains)")
                 exit_signals.check()
+                # the last step's policy is evaluated while verl and Ray shut down (~6 s of the stage)
+                final = job.final_policy(profile.rl_steps)
+                seconds["rl"] = time.monotonic() - t
+                if final is not None:
+                    rl_eval = evaluate_rl(final)
                 dapo = job.wait()
             except GroupsFiltered as exc:  # a property of this SFT policy, not a broken pipeline: report it
                 dapo = stopped_dapo(work / "rl", exc)
@@ -240,16 +257,13 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
                     print(f"      {rl_stopped}", flush=True)
             finally:
                 job.stop()  # a no-op after it ended; an interrupted quickstart ends its DAPO run too
-            seconds["rl"] = time.monotonic() - t
+            seconds.setdefault("rl", time.monotonic() - t)
         if dapo is not None:
             reward = dapo.curve("critic/score/mean")
             print("      reward per step (critic/score/mean):\n" + ascii_curve(reward), flush=True)
-            t = time.monotonic()
-            runs["rl"] = work / "eval" / "rl"
-            with serving(engine, dapo.model, work / "engine" / "rl") as backend:
-                print("      RL: " + _fmt(evaluate(dapo.model, root, servers, runs["rl"], backend=backend)), flush=True)
-            turn_end["rl"] = _turn_end(dapo.model, runs["rl"])
-            seconds["eval_rl"] = time.monotonic() - t
+            if rl_eval is None or rl_eval[0] != dapo.model:  # a run the refill cap stopped: its newest checkpoint
+                rl_eval = evaluate_rl(dapo.model)
+            print("      RL: " + rl_eval[1] + "\n" + _turn_end_line(turn_end["rl"]), end="", flush=True)
 
     exit_signals.check()
     print("[7/7] summary", flush=True)
@@ -271,7 +285,8 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     summary["turn_end"] = turn_end
     summary["student"] = {"name": student_name(profile), "sft_template": template,
                           "sft_finetuning": schedule.finetuning_type, "sft_precision": schedule.precision,
-                          "sft_precision_why": sft_prec[1], "eval_engine": engine.name,
+                          "sft_precision_why": sft_prec[1], "sft_ranks": schedule.ranks, "sft_ranks_why": ranks_why,
+                          "eval_engine": engine.name,
                           "eval_engine_why": engine.why}
     if rollout[0]:
         summary["student"].update(rl_rollout=rollout[0], rl_rollout_why=rollout[1], rl_precision=precision[0],
@@ -298,17 +313,23 @@ def run(workdir: str | Path, profile: Profile = DEFAULT, seed: int = 0,
     return summary
 
 
-def _turn_end(model: Path, run_dir: Path) -> dict[str, Any]:
-    """The end-of-turn probe (:mod:`afm.quickstart.turn_end`) of a trained stage's policy, printed."""
+def _turn_end(model: Path, run_dir: Path, echo: bool = True) -> dict[str, Any]:
+    """The end-of-turn probe (:mod:`afm.quickstart.turn_end`) of a trained stage's policy, printed (``echo``)."""
     from afm.eval.datasets import WORLD_PROMPT
     from afm.quickstart.profile import TURN_END_PROBES
     from afm.quickstart.turn_end import turn_end_probe
 
     probe = turn_end_probe(model, run_dir, WORLD_PROMPT, TURN_END_PROBES)
-    if probe["checked"]:
-        print(f"      after </answer>, {probe['token']} is the most likely next token in {probe['top']} of "
-              f"{probe['checked']} answered trajectories (median p {probe['p_median']:.3f})", flush=True)
+    if echo:
+        print(_turn_end_line(probe), end="", flush=True)
     return probe
+
+
+def _turn_end_line(probe: dict[str, Any]) -> str:
+    if not probe["checked"]:
+        return ""
+    return (f"      after </answer>, {probe['token']} is the most likely next token in {probe['top']} of "
+            f"{probe['checked']} answered trajectories (median p {probe['p_median']:.3f})\n")
 
 
 def student_name(profile: Profile) -> str:
