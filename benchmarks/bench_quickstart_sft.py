@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 ENV = "env"  # a variant's environment variables (not a yaml key)
 # float32 throughout (the quickstart's SFT before cpu_bf16)
 FP32 = {"bf16": False, "use_cpu": False, "attention_fp32": False}
+# two torchrun ranks of one thread each on this node (gloo)
+RANKS = {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1"}
 # each comparison's A and B: the yaml keys that differ from the quickstart's own config
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "checkpointing": {"checkpointing": {"disable_gradient_checkpointing": False},
@@ -57,9 +60,14 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     # all-reduce of the gradient): the same 16-row steps, each rank two sorted micro-batches of 4
     "ranks": {"1 process": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
                             "sort_micro_batches": True},
-              "2 ranks": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+              "2 ranks": {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
                           "sort_micro_batches": True,
-                          ENV: {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1"}}},
+                          ENV: RANKS}},
+    # two ranks: each rank's step as 2 sorted micro-batches of 4 against 4 of 2 (rows dealt to the ranks in turn)
+    "rank_micro": {"2 ranks, 2 x 4": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+                                      "sort_micro_batches": True, ENV: RANKS},
+                   "2 ranks, 4 x 2": {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
+                                      "sort_micro_batches": True, ENV: RANKS}},
     # float32 (the quickstart's) against bf16 autocast with float32 weights (HF Trainer's --bf16 on the CPU)
     "precision": {"fp32": FP32, "bf16": {"bf16": True, "use_cpu": True, "attention_fp32": False}},
     # bf16 autocast with the attention kernel in bf16 against in float32 (attention_fp32)
@@ -105,6 +113,8 @@ def run_once(work: Path, out: Path, steps: int, overrides: dict[str, Any]) -> li
 
     profile = Profile(**{k: v for k, v in json.loads((work / "profile.json").read_text()).items()
                          if k in Profile.__dataclass_fields__})
+    # one process on both cores, the variants' common base (--compare ranks: the quickstart's 2 ranks against it)
+    profile = replace(profile, sft_ranks=1)
     if profile.student:  # a pretrained student (--model): its folder and LLaMA-Factory template, as the run had
         from afm.quickstart.student import lf_template, pretrained_dir
 

@@ -57,6 +57,35 @@ def sft_precision(choice: str, student: str, *, native_bf16: bool | None = None,
     return "fp32", "this CPU has no native bfloat16 (no AVX512-BF16/AMX): float32 is faster"
 
 
+# Micro-batches a rank makes of its share of a step, by ranks: one process takes the 16 rows as 2 sorted micro-batches
+# of 8; two ranks take 8 each as 4 of 2 (rows dealt to the ranks in turn, afm.sft.sorted_batches), the fastest of
+# 1 x 8, 2 x 4 and 4 x 2 a rank (bench_quickstart_sft.py --compare rank_micro, RESULTS.md twenty-ninth session)
+SFT_MICRO_BATCHES = {1: 2, 2: 4}
+
+
+def sft_ranks(choice: int, student: str, *, cpus: int | None = None, cuda: bool | None = None) -> tuple[int, str]:
+    """The SFT run's torchrun ranks (an :attr:`SftSchedule.ranks`) for a profile's ``sft_ranks``, and why. 0
+    (auto): for the tiny student on a CPU-only machine one rank of one thread a core, up to 2; else one process
+    (a pretrained student's results were measured so, and holds its weights once; a GPU's SFT is LLaMA-Factory's)."""
+    if choice < 0:
+        raise ValueError(f"sft_ranks {choice}: 0 (auto) or a number of ranks")
+    if choice:
+        return choice, "the profile's sft_ranks"
+    if student:
+        return 1, "a pretrained student: one process (its results were measured so)"
+    import torch
+
+    if torch.cuda.is_available() if cuda is None else cuda:
+        return 1, "a GPU is visible: one process"
+    import os
+
+    n = max(1, min(2, cpus if cpus is not None else len(os.sched_getaffinity(0))))
+    if n == 1:
+        return 1, "one core: one process"
+    return n, (f"{n} torchrun ranks of one thread each (gloo), one a core: 1.07-1.10x the steps/s of one process "
+               "with a thread a core")
+
+
 @dataclass(frozen=True)
 class SftSchedule:
     """The masked SFT run (LLaMA-Factory); epochs, batch size and learning rate come from a :class:`Profile`."""
@@ -82,11 +111,14 @@ class SftSchedule:
     # flash kernel computes the masked upper triangle whenever a mask is given (padding, the shared prefix); the same
     # attention, 1.05x the steps/s with 3 (bench_quickstart_sft.py --compare chunks, RESULTS.md twenty-eighth session)
     attention_chunks: int = 3
+    # torchrun ranks of one thread each on this machine (gloo); each takes batch_size / ranks rows of a step as
+    # micro_batches micro-batches. The same steps as one process, the gradient summed in another order.
+    ranks: int = 1
 
     def __post_init__(self) -> None:
-        if self.micro_batches < 1 or self.batch_size % self.micro_batches:
+        if self.ranks < 1 or self.micro_batches < 1 or self.batch_size % (self.micro_batches * self.ranks):
             raise ValueError(f"the SFT batch of {self.batch_size} rows does not split into {self.micro_batches} "
-                             "equal micro-batches")
+                             f"equal micro-batches on each of {self.ranks} rank(s)")
         if self.finetuning_type not in ("full", "freeze"):
             raise ValueError(f"finetuning_type {self.finetuning_type!r}: 'full' or 'freeze'")
         if self.precision not in SFT_PRECISIONS:
@@ -156,6 +188,8 @@ class Profile:
     # 341 and 318 s with the RL lesson, +60 and +36), but seed 1's bf16 SFT policy kept the census route through DAPO
     # (lookup +0, twice; +56 from its float32 policy) (RESULTS.md, twenty-eighth session)
     sft_precision: str = "fp32"
+    # SftSchedule.ranks, or 0: auto (sft_ranks(): 2 on a 2-core CPU-only machine for the tiny student)
+    sft_ranks: int = 0
     sft_cutoff_len: int = 768  # tokens of a training row (a pretrained student's vocabulary: PRETRAINED_SETTINGS)
 
     def student_size(self) -> ModelSize:
@@ -173,10 +207,17 @@ class Profile:
         return counts
 
     def sft_schedule(self) -> SftSchedule:
-        """The masked SFT run's schedule (epochs, batch size, learning rate)."""
+        """The masked SFT run's schedule (epochs, batch size, learning rate, ranks)."""
+        ranks = sft_ranks(self.sft_ranks, self.student)[0]
+        if not self.sft_ranks and self.sft_batch_size % ranks:  # auto: an odd batch stays in one process
+            ranks = 1
+        micro = SFT_MICRO_BATCHES.get(ranks, 2)
+        while micro > 1 and self.sft_batch_size % (micro * ranks):  # a batch the usual split does not divide
+            micro -= 1
         return SftSchedule(epochs=self.sft_epochs, batch_size=self.sft_batch_size, learning_rate=self.sft_lr,
                            cutoff_len=self.sft_cutoff_len, finetuning_type=self.sft_finetuning,
-                           precision=sft_precision(self.sft_precision, self.student)[0])
+                           precision=sft_precision(self.sft_precision, self.student)[0], ranks=ranks,
+                           micro_batches=micro)
 
 
 DEFAULT = Profile()

@@ -216,8 +216,11 @@ def sft_config(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, se
         "model_name_or_path": str(model), "stage": "sft", "do_train": True, **tuning,
         "dataset": SFT_DATASET, "dataset_dir": str(data_dir), "template": template,
         "cutoff_len": schedule.cutoff_len,
-        "per_device_train_batch_size": schedule.batch_size // schedule.micro_batches,
-        "gradient_accumulation_steps": schedule.micro_batches, "sort_micro_batches": schedule.micro_batches > 1,
+        "per_device_train_batch_size": schedule.batch_size // (schedule.micro_batches * schedule.ranks),
+        "gradient_accumulation_steps": schedule.micro_batches,
+        "sort_micro_batches": schedule.micro_batches * schedule.ranks > 1,
+        # several ranks on this machine's CPUs: gloo (see train_sft)
+        **({"ddp_backend": "gloo"} if schedule.ranks > 1 else {}),
         # the head and the loss only where the next token is trained (about half the positions: the prompt and the
         # observations are masked): the same loss, a shorter step (afm.sft.trained_logits)
         "trained_logits_only": True,
@@ -253,9 +256,17 @@ def train_sft(model: Path, data_dir: Path, out: Path, schedule: SftSchedule, see
     cfg = out.parent / f"{out.name}.yaml"
     cfg.write_text(yaml.safe_dump(sft_config(model, data_dir, out, schedule, seed, template)))
     log = out.parent / f"{out.name}.log"
+    env = dict(os.environ)
+    if schedule.ranks > 1:  # torchrun on this machine, one thread a rank (afm-sft starts it: afm.sft.torchrun)
+        env.update(FORCE_TORCHRUN="1", NNODES="1", NODE_RANK="0", NPROC_PER_NODE=str(schedule.ranks),
+                   OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", MASTER_ADDR="127.0.0.1")
+        for key in ("MASTER_PORT", "RDZV_ID"):  # a free port, static rendezvous: this machine only
+            env.pop(key, None)
+        # torchrun is started by name (LLaMA-Factory's way): this interpreter's, also from an unactivated venv
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     with log.open("w") as f:
         proc = subprocess.run([sys.executable, "-m", "afm.sft.cli", "train", str(cfg)], stdout=f,
-                              stderr=subprocess.STDOUT)
+                              stderr=subprocess.STDOUT, env=env)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise RuntimeError(f"afm-sft train failed (exit {proc.returncode}); log {log}:\n{tail}")

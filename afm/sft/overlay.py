@@ -596,8 +596,9 @@ def _patch_sorted_micro_batches() -> None:
         step = micro * a.gradient_accumulation_steps * a.world_size
         seed = a.data_seed if a.data_seed is not None else a.seed
         if a.should_log:
-            print(padding_estimate(lengths, step, micro, seed).format(step, micro), flush=True)
-        return LengthSortedStepSampler(lengths, step, seed)
+            print(padding_estimate(lengths, step, micro, seed, a.world_size).format(step, micro, a.world_size),
+                  flush=True)
+        return LengthSortedStepSampler(lengths, step, seed, ranks=a.world_size, micro_batch=micro)
 
     orig_loss = trainer_cls.compute_loss
 
