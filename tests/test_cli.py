@@ -92,6 +92,12 @@ def test_quickstart_runs_the_recipe_in_miniature(tmp_path, capsys):
     assert summary["questions"] == {"arith": n, "lookup": n, "multihop": n, "calc": n}
     assert stages["untrained"]["macro"] == 0.0 and summary["tool_calls"]["untrained"]["arith"] == 0
     assert stages["sft"]["macro"] >= 0.25, (stages["sft"], summary["sft_loss"][-1])
+    # SFT on torchrun ranks of one thread each where the machine has the cores (2 in CI), one process otherwise
+    from afm.quickstart.profile import sft_ranks
+
+    ranks = sft_ranks(0, "")[0]
+    assert summary["student"]["sft_ranks"] == ranks
+    assert ("Initializing 2 distributed tasks" in (tmp_path / "qs" / "sft.log").read_text()) == (ranks == 2)
     # the format and the tools: every arith question goes to the sandboxed code tool, which runs the program, and
     # most questions of every family call exactly that family's tools
     from afm.quickstart.world import TOOLS_OF

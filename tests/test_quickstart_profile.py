@@ -106,24 +106,57 @@ def test_the_student_and_dapo_take_the_profiles_values():
     assert p.student_size() == ModelSize(vocab_size=profile.STUDENT_VOCAB, hidden_size=96, intermediate_size=288,
                                          num_layers=3, num_heads=profile.STUDENT_HEADS, num_kv_heads=2)
     assert profile.FULL.student_size().num_layers == profile.FULL.student_layers != profile.DEFAULT.student_layers
-    assert p.sft_schedule() == profile.SftSchedule(p.sft_epochs, p.sft_batch_size, p.sft_lr,
-                                                   precision="fp32")
+    assert replace(p, sft_ranks=1).sft_schedule() == profile.SftSchedule(p.sft_epochs, p.sft_batch_size, p.sft_lr,
+                                                                         precision="fp32")
     assert "LR" not in profile.RL_KNOBS  # train_rl takes the profile's rl_lr
 
 
 def test_the_sft_step_runs_as_sorted_micro_batches():
     """The quickstart's SFT step of 16 rows runs as two length-sorted micro-batches of 8 (the same step, less
     padding: afm.sft.sorted_batches); a batch that does not split evenly is refused."""
+    from dataclasses import replace
+
     import pytest
 
     from afm.quickstart.recipe import sft_config
 
-    cfg = sft_config(Path("m"), Path("d"), Path("o"), profile.DEFAULT.sft_schedule())
+    cfg = sft_config(Path("m"), Path("d"), Path("o"), replace(profile.DEFAULT, sft_ranks=1).sft_schedule())
     assert cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] == profile.DEFAULT.sft_batch_size
     assert cfg["gradient_accumulation_steps"] == 2 and cfg["sort_micro_batches"] is True
+    assert "ddp_backend" not in cfg
     assert cfg["trained_logits_only"] is True  # the same loss, the head only where a token is trained
     assert cfg["attention_chunks"] == 3 and cfg["share_prefix"] is True  # the same attention, computed in parts
     one = sft_config(Path("m"), Path("d"), Path("o"), profile.SftSchedule(1.0, 16, 1e-3, micro_batches=1))
     assert one["per_device_train_batch_size"] == 16 and one["sort_micro_batches"] is False
     with pytest.raises(ValueError, match="does not split"):
         profile.SftSchedule(1.0, 16, 1e-3, micro_batches=3)
+
+
+def test_the_tiny_students_sft_runs_on_two_ranks_of_a_core_each():
+    """sft_ranks 0 (auto): two torchrun ranks (gloo) for the tiny student on a CPU-only machine with 2+ cores, each
+    taking 8 of a step's 16 rows as 4 sorted micro-batches of 2; one process for a pretrained student, on a GPU or
+    on one core, and for a batch two ranks do not split."""
+    from dataclasses import replace
+
+    import pytest
+
+    from afm.quickstart.recipe import sft_config
+
+    assert profile.sft_ranks(0, "", cpus=2, cuda=False)[0] == 2
+    assert profile.sft_ranks(0, "", cpus=64, cuda=False)[0] == 2
+    assert [profile.sft_ranks(0, s, cpus=c, cuda=g)[0] for s, c, g in
+            [("", 1, False), ("gemma", 8, False), ("", 8, True)]] == [1, 1, 1]
+    assert profile.sft_ranks(3, "gemma") == (3, "the profile's sft_ranks")
+    with pytest.raises(ValueError, match="sft_ranks -1"):
+        profile.sft_ranks(-1, "")
+    two = replace(profile.DEFAULT, sft_ranks=2).sft_schedule()
+    assert (two.ranks, two.micro_batches) == (2, profile.SFT_MICRO_BATCHES[2]) == (2, 4)
+    cfg = sft_config(Path("m"), Path("d"), Path("o"), two)
+    assert (cfg["per_device_train_batch_size"], cfg["gradient_accumulation_steps"]) == (2, 4)
+    assert cfg["ddp_backend"] == "gloo" and cfg["sort_micro_batches"] is True
+    # a batch of 4 on 2 ranks: 2 micro-batches of 1 a rank; an odd batch with auto ranks: one process
+    assert replace(profile.DEFAULT, sft_ranks=2, sft_batch_size=4).sft_schedule().micro_batches == 2
+    odd = replace(profile.DEFAULT, sft_batch_size=5).sft_schedule()
+    assert odd.ranks == 1
+    with pytest.raises(ValueError, match="on each of 2 rank"):
+        profile.SftSchedule(1.0, 5, 1e-3, micro_batches=1, ranks=2)

@@ -45,3 +45,31 @@ def test_padding_estimate_counts_each_micro_batch_at_its_longest_row():
     assert "fewer" in est.format(4, 2)
     same = padding_estimate([6] * 40, step_size=8, micro_batch=4)
     assert same.sorted_tokens == same.shuffled_tokens == same.real_tokens == 240
+
+
+def test_with_ranks_each_band_of_a_step_is_dealt_to_the_ranks_in_turn():
+    """Two ranks, micro-batches of 2, steps of 8: the loader gives batch k to rank k % 2, so each band of 4 sorted
+    rows becomes [1st, 3rd] for rank 0 and [2nd, 4th] for rank 1: the ranks' micro-batches side by side are about
+    equally long (no rank waits on the other's long rows) and each is still sorted."""
+    lengths = [5, 300, 40, 41, 7, 512, 90, 3, 301, 12, 64, 8, 9, 10, 11, 13]
+    gen = torch.Generator().manual_seed(3)
+    dealt = sorted_step_indices(lengths, 8, gen, ranks=2, micro_batch=2)
+    plain = sorted_step_indices(lengths, 8, torch.Generator().manual_seed(3))
+    assert sorted(dealt) == list(range(16))
+    for got, ordered in zip(_chunks(dealt, 8), _chunks(plain, 8), strict=True):
+        assert set(got) == set(ordered)  # the same rows per step
+        for band in range(2):
+            rows = ordered[4 * band: 4 * band + 4]
+            assert got[4 * band: 4 * band + 4] == [rows[0], rows[2], rows[1], rows[3]]
+    rank0 = [i for k, batch in enumerate(_chunks(dealt, 2)) if k % 2 == 0 for i in batch]
+    rank1 = [i for k, batch in enumerate(_chunks(dealt, 2)) if k % 2 == 1 for i in batch]
+    # longest first alone would give rank 0 every step's two longest rows
+    assert max(lengths[i] for i in rank0[:2]) >= max(lengths[i] for i in rank1[:2])
+    assert {lengths[i] for i in rank1[:2]} & {512, 301, 300}
+    sampler = LengthSortedStepSampler(lengths, 8, seed=1, ranks=2, micro_batch=2)
+    assert sorted(sampler) == list(range(16))
+    with pytest.raises(ValueError, match="micro_batch"):
+        sorted_step_indices(lengths, 8, gen, ranks=2)
+    est = padding_estimate(lengths, 8, 2, ranks=2)
+    assert est.real_tokens == sum(lengths) and est.sorted_tokens >= est.real_tokens
+    assert "dealt in turn to 2 ranks" in est.format(8, 2, ranks=2)
