@@ -155,6 +155,8 @@ def test_the_recipe_runs_with_a_pretrained_student(tiny_gemma, tmp_path, capsys)
     assert summary["student"] == {"name": str(tiny_gemma), "sft_template": "gemma", "sft_finetuning": "freeze",
                                   "sft_precision": "fp32",
                                   "sft_precision_why": "the profile's sft_precision",
+                                  "sft_ranks": 1,  # one process: its results were measured so
+                                  "sft_ranks_why": "a pretrained student: one process (its results were measured so)",
                                   "eval_engine": "hf",
                                   "eval_engine_why": summary["student"]["eval_engine_why"]}
     assert "is a folder: llama.cpp serves a GGUF export" in summary["student"]["eval_engine_why"]
