@@ -159,7 +159,9 @@ def distill_sft_data(world_root: Path, servers: Any, work: str | Path, *, seed: 
 def distill_shards(cpus: int | None = None) -> int:
     """The distillation's client processes: one a core, at most 2. One client keeps ~0.8 of a core busy and the
     servers and teacher ~0.5 more; a second fills the other core (benchmarks/RESULTS.md, twenty-ninth session)."""
-    return max(1, min(2, cpus if cpus is not None else len(os.sched_getaffinity(0))))
+    from afm.common.cpu_features import usable_cores
+
+    return max(1, min(2, cpus if cpus is not None else usable_cores()))
 
 
 def _in_question_order(kept: Path, questions: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from afm.common.cpu_features import cpu_bf16
+from afm.common.cpu_features import cpu_bf16, usable_cores
 from afm.common.procs import stop_group
 from afm.common.ray_scope import private_ray_tmpdir, stop_ray_in
 
@@ -129,7 +129,7 @@ def rl_threads(student: str, env: Mapping[str, str] | None = None) -> tuple[str,
         return env["OMP_NUM_THREADS"], "OMP_NUM_THREADS is set in the environment"
     if not student:
         return "1", "the tiny student: one thread a process, the CPU launch's default"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     return str(cores), f"every core of this machine ({cores}): the rollout and the update take turns"
 
 
